@@ -1,0 +1,143 @@
+"""Users, sign-in and admin API tokens."""
+from __future__ import annotations
+
+import re
+
+from app.audit.service import record
+from app.auth.models import ROLES, AdminToken, User
+from app.errors import Conflict, Forbidden, NotFound, ValidationError
+from app.extensions import db
+from app.models_base import utcnow
+from app.security import (ADMIN_PREFIX, hash_password, new_token, password_problems,
+                          token_hash, verify_password)
+from app.tenants.models import Tenant
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
+def authenticate(email: str, password: str) -> User | None:
+    user = db.session.scalar(db.select(User).where(User.email == email.strip().lower()))
+    if user is None or not user.active or not verify_password(user.password_hash, password):
+        return None
+    user.last_login_at = utcnow()
+    db.session.commit()
+    return user
+
+
+def user_for_token(token: str) -> User | None:
+    row = db.session.scalar(db.select(AdminToken).where(
+        AdminToken.token_hash == token_hash(token), AdminToken.revoked_at.is_(None)))
+    if row is None or not row.user.active:
+        return None
+    return row.user
+
+
+def list_users(actor) -> list[User]:
+    if not actor.can("user.manage"):
+        raise Forbidden("only admins manage users")
+    return list(db.session.scalars(db.select(User).order_by(User.email)))
+
+
+def _clean_user(data: dict, *, creating: bool) -> dict:
+    errors: dict[str, list[str]] = {}
+    clean: dict = {}
+    if creating or "email" in data:
+        email = str(data.get("email") or "").strip().lower()
+        if not _EMAIL.match(email):
+            errors["email"] = ["must be an email address"]
+        clean["email"] = email
+    if creating or "role" in data:
+        role = data.get("role") or "viewer"
+        if role not in ROLES:
+            errors["role"] = [f"must be one of {', '.join(ROLES)}"]
+        clean["role"] = role
+    if "tenant_id" in data:
+        tid = data.get("tenant_id")
+        tid = int(tid) if tid not in (None, "", 0, "0") else None
+        if tid is not None and db.session.get(Tenant, tid) is None:
+            errors["tenant_id"] = ["no such tenant"]
+        clean["tenant_id"] = tid
+    if creating or data.get("password"):
+        pw = str(data.get("password") or "")
+        problems = password_problems(pw)
+        if problems:
+            errors["password"] = problems
+        clean["password"] = pw
+    if "active" in data:
+        clean["active"] = bool(data["active"]) if isinstance(data["active"], bool) else str(
+            data["active"]).lower() in {"1", "true", "on", "y", "yes"}
+    if errors:
+        raise ValidationError("invalid user", errors)
+    return clean
+
+
+def create_user(actor, data: dict, *, bootstrap: bool = False) -> User:
+    """Create a console user. ``bootstrap`` is for ``sluice init`` (no actor yet)."""
+    if not bootstrap and (actor is None or not actor.can("user.manage")):
+        raise Forbidden("only admins manage users")
+    clean = _clean_user(data, creating=True)
+    if db.session.scalar(db.select(User).where(User.email == clean["email"])):
+        raise Conflict("a user with this email exists", {"email": ["is already taken"]})
+    user = User(email=clean["email"], role=clean["role"], tenant_id=clean.get("tenant_id"),
+                password_hash=hash_password(clean["password"]))
+    db.session.add(user)
+    db.session.flush()
+    record(actor or user, "user.create", "user", user.id, tenant_id=user.tenant_id,
+           after=user.to_dict())
+    db.session.commit()
+    return user
+
+
+def update_user(actor, user_id: int, data: dict) -> User:
+    if not actor.can("user.manage"):
+        raise Forbidden("only admins manage users")
+    user = db.session.get(User, user_id)
+    if user is None:
+        raise NotFound("no such user")
+    clean = _clean_user(data, creating=False)
+    if user.id == actor.id and (clean.get("role", "admin") != "admin" or
+                                clean.get("active", True) is False):
+        raise ValidationError("you cannot demote or deactivate yourself",
+                              {"role": ["you cannot remove your own admin role"]})
+    before = user.to_dict()
+    if "password" in clean:
+        user.password_hash = hash_password(clean.pop("password"))
+    if "email" in clean and clean["email"] != user.email and db.session.scalar(
+            db.select(User).where(User.email == clean["email"])):
+        raise Conflict("a user with this email exists", {"email": ["is already taken"]})
+    for k, v in clean.items():
+        setattr(user, k, v)
+    record(actor, "user.update", "user", user.id, tenant_id=user.tenant_id, before=before,
+           after=user.to_dict())
+    db.session.commit()
+    return user
+
+
+def create_admin_token(actor, name: str) -> tuple[AdminToken, str]:
+    """A bearer token for the admin API, acting as ``actor``. Plaintext is returned once."""
+    name = (name or "").strip() or "api"
+    plaintext, prefix, digest = new_token(ADMIN_PREFIX)
+    row = AdminToken(user_id=actor.id, name=name[:100], prefix=prefix, token_hash=digest)
+    db.session.add(row)
+    db.session.flush()
+    record(actor, "admin_token.create", "admin_token", row.id, tenant_id=actor.tenant_id,
+           after={"name": row.name, "prefix": row.prefix})
+    db.session.commit()
+    return row, plaintext
+
+
+def revoke_admin_token(actor, token_id: int) -> AdminToken:
+    row = db.session.get(AdminToken, token_id)
+    if row is None or (row.user_id != actor.id and not actor.can("user.manage")):
+        raise NotFound("no such token")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        record(actor, "admin_token.revoke", "admin_token", row.id, tenant_id=actor.tenant_id,
+               after={"prefix": row.prefix})
+        db.session.commit()
+    return row
+
+
+def list_admin_tokens(actor) -> list[AdminToken]:
+    return list(db.session.scalars(db.select(AdminToken).where(
+        AdminToken.user_id == actor.id).order_by(AdminToken.id.desc())))

@@ -1,0 +1,97 @@
+"""``flask --app wsgi sluice ...`` commands."""
+from __future__ import annotations
+
+import os
+import sys
+from decimal import Decimal
+
+import click
+from flask.cli import AppGroup
+
+from app.extensions import db
+
+sluice_cli = AppGroup("sluice", help="Sluice administration")
+
+# The seed's three tiers: blended $0.06 / $0.35 / $3.50 per 1M tokens.
+SEED_TIERS = [
+    {"name": "tier-1", "rank": 1, "model": "smollm2-135m-instruct (distilled specialist)",
+     "price": Decimal("0.06"), "pool": "tier1-small"},
+    {"name": "tier-2", "rank": 2, "model": "smollm2-135m-instruct (quantized large stand-in)",
+     "price": Decimal("0.35"), "pool": "tier2-large"},
+    {"name": "tier-3", "rank": 3, "model": "frontier", "price": Decimal("3.50"), "pool": None},
+]
+
+
+def seed_catalog() -> list[str]:
+    """Create the default pools and three tiers if no tiers exist. Returns what was made."""
+    from app.catalog.models import Pool, Tier
+    from app.catalog.service import sync_replica_rows
+    from app.policies.models import Policy
+
+    made: list[str] = []
+    if db.session.scalar(db.select(Tier).limit(1)) is not None:
+        return made
+    pools = {}
+    for i, (name, port) in enumerate((("tier1-small", 8510), ("tier2-large", 8520))):
+        pool = Pool(name=name, node="local", engine="reference", model="smollm2",
+                    served_model_name=name, desired_replicas=1, base_port=port,
+                    gpu_type="L40S" if i == 0 else "H100", options={})
+        db.session.add(pool)
+        db.session.flush()
+        sync_replica_rows(pool)
+        pools[name] = pool
+        made.append(f"pool {name}")
+    for t in SEED_TIERS:
+        # Blended price: the seed gives one number per tier; input = cached*4, output = 3x input.
+        price = t["price"]
+        tier = Tier(name=t["name"], rank=t["rank"], model=t["model"],
+                    price_input_per_m=price, price_cached_input_per_m=price / 4,
+                    price_output_per_m=price * 3,
+                    upstream_kind="pool" if t["pool"] else "external",
+                    pool_id=pools[t["pool"]].id if t["pool"] else None,
+                    endpoint_url="" if t["pool"] else "http://127.0.0.1:8530/v1",
+                    api_key_env="" if t["pool"] else "SLUICE_FRONTIER_API_KEY")
+        db.session.add(tier)
+        made.append(f"tier {t['name']}")
+    if db.session.scalar(db.select(Policy).where(Policy.tenant_id.is_(None))) is None:
+        db.session.add(Policy(tenant_id=None, values={}))
+    return made
+
+
+@sluice_cli.command("init")
+@click.option("--email", default=None, help="Admin email (else $SLUICE_ADMIN_EMAIL or a prompt)")
+def init_command(email: str | None) -> None:
+    """Create the first admin and seed the default three-tier catalog."""
+    from app.auth.models import User
+    from app.auth.service import create_user
+    from app.errors import ServiceError
+    from app.snapshot.service import publish_after_commit
+
+    made = seed_catalog()
+    db.session.commit()
+    for m in made:
+        click.echo(f"created {m}")
+    if db.session.scalar(db.select(User).where(User.role == "admin").limit(1)) is not None:
+        click.echo("an admin already exists; nothing else to do")
+        publish_after_commit()
+        return
+    email = email or os.environ.get("SLUICE_ADMIN_EMAIL") or click.prompt("Admin email")
+    password = os.environ.get("SLUICE_ADMIN_PASSWORD")
+    interactive = password is None
+    while True:
+        if password is None:
+            password = click.prompt("Admin password", hide_input=True,
+                                    confirmation_prompt=True)
+        try:
+            create_user(None, {"email": email, "password": password, "role": "admin"},
+                        bootstrap=True)
+            break
+        except ServiceError as exc:
+            for field, problems in exc.errors.items():
+                click.echo(f"{field}: {'; '.join(problems)}", err=True)
+            db.session.rollback()
+            if not interactive or "password" not in exc.errors:
+                sys.exit(2)
+            password = None
+    publish_after_commit()
+    click.echo(f"admin {email} created; sign in at /login")

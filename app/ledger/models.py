@@ -1,0 +1,39 @@
+"""The cost ledger: one append-only row per gateway request (corrections are new rows)."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlalchemy import JSON, BigInteger, Index, Numeric, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models_base import UTCDateTime, utcnow
+
+Money = Numeric(18, 10)
+
+
+class LedgerEntry(db.Model):
+    __tablename__ = "ledger_entries"
+    __table_args__ = (Index("ix_ledger_tenant_at", "tenant_id", "at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(db.Integer, "sqlite"),
+                                    primary_key=True)
+    request_id: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(16), default="request")  # request | adjustment
+    at = mapped_column(UTCDateTime, default=utcnow)
+    tenant_id: Mapped[int] = mapped_column(index=True)
+    workflow: Mapped[str] = mapped_column(String(64), default="")
+    tier: Mapped[str] = mapped_column(String(64), default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    status: Mapped[int] = mapped_column(default=200)
+    cache: Mapped[str] = mapped_column(String(16), default="miss")  # miss|exact|semantic
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    cached_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    baseline_cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    escalated: Mapped[bool] = mapped_column(default=False)
+    ttft_ms: Mapped[float | None] = mapped_column(nullable=True)
+    latency_ms: Mapped[float | None] = mapped_column(nullable=True)
+    # The full seed-6.2-shaped telemetry record.
+    payload: Mapped[dict] = mapped_column(JSON, default=dict)

@@ -1,0 +1,139 @@
+"""Policy fields, their defaults (the seed's numbers) and validation. Pure: no I/O."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class Field:
+    kind: type | str            # bool, int, float, str, "tiers"
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+FIELDS: dict[str, Field] = {
+    "cache_enabled": Field(bool, True, help="Serve exact and semantic cache hits"),
+    "cache_similarity_threshold": Field(float, 0.965, 0.5, 1.0,
+                                        help="Cosine similarity needed for a semantic hit"),
+    "cache_ttl_s": Field(int, 86400, 0, 30 * 86400, help="Seconds a cached answer lives"),
+    "cache_max_temperature": Field(float, 0.0, 0.0, 2.0,
+                                   help="Requests above this temperature are not cached"),
+    "router_tau_1": Field(float, 0.80, 0.0, 1.0,
+                          help="Calibrated P(tier 1 meets the bar) needed to use tier 1"),
+    "router_tau_2": Field(float, 0.70, 0.0, 1.0,
+                          help="Calibrated P(tier 2 meets the bar) needed to use tier 2"),
+    "margin_gamma": Field(float, 0.78, 0.0, 20.0,
+                          help="Mean top-1/top-2 logprob margin below which a tier escalates"),
+    "margin_window_tokens": Field(int, 12, 1, 4096,
+                                  help="Value tokens the margin monitor waits for"),
+    "bounded_load_factor": Field(float, 1.25, 1.0, 10.0,
+                                 help="Skip a replica loaded above this times the mean"),
+    "max_tokens_cap": Field(int, 4096, 1, 1_000_000, help="Upper bound on max_tokens"),
+    "minify_enabled": Field(bool, True, help="Minify JSON schema keys on the way up"),
+    "minify_tools": Field(bool, False, help="Also minify tool/function parameter schemas"),
+    "schema_error_action": Field(str, "retry", choices=("retry", "mark"),
+                                 help="On a schema error: retry unminified, or mark"),
+    "frontier_first_hours": Field(int, 48, 0, 24 * 365,
+                                  help="New workflows go to the frontier tier this long"),
+    "distill_min_traces": Field(int, 2500, 1, 10_000_000,
+                                help="Verified traces needed before LoRA training"),
+    "shadow_concordance": Field(float, 0.99, 0.5, 1.0,
+                                help="Shadow agreement needed to promote an adapter"),
+    "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)"),
+    "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto"),
+    "cache_salt": Field(bool, False, help="Isolate this tenant's engine prefix cache"),
+    "session_key": Field(str, "header", choices=("header", "user", "both"),
+                         help="Where the session id for replica affinity comes from"),
+    "prefix_key_tokens": Field(int, 4500, 16, 1_000_000,
+                               help="Static-prefix tokens hashed for replica choice"),
+    "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)"),
+}
+
+DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}
+
+
+def _coerce(name: str, f: Field, raw: Any) -> Any:
+    if f.kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in {"true", "1", "on", "yes", "y"}:
+            return True
+        if isinstance(raw, str) and raw.lower() in {"false", "0", "off", "no", "n", ""}:
+            return False
+        raise ValueError("must be true or false")
+    if f.kind is int:
+        if isinstance(raw, bool):
+            raise ValueError("must be a whole number")
+        try:
+            val = int(raw) if not isinstance(raw, float) or raw.is_integer() else None
+        except (TypeError, ValueError):
+            val = None
+        if val is None:
+            raise ValueError("must be a whole number")
+        return val
+    if f.kind is float:
+        if isinstance(raw, bool):
+            raise ValueError("must be a number")
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ValueError("must be a number") from None
+    if f.kind is str:
+        if not isinstance(raw, str):
+            raise ValueError("must be text")
+        return raw
+    if f.kind == "tiers":
+        if isinstance(raw, str):
+            raw = [t.strip() for t in raw.split(",") if t.strip()]
+        if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+            raise ValueError("must be a list of tier names")
+        return raw
+    raise AssertionError(name)
+
+
+def validate(values: Mapping[str, Any], *, base: Mapping[str, Any] | None = None,
+             known_tiers: set[str] | None = None) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Coerce and check a (partial) policy.
+
+    Returns (clean values, field errors). Cross-field rules are checked on the
+    merge of ``base`` (the policy this one overrides) and the new values.
+    """
+    clean: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for name, raw in values.items():
+        f = FIELDS.get(name)
+        if f is None:
+            errors.setdefault(name, []).append("unknown policy field")
+            continue
+        try:
+            val = _coerce(name, f, raw)
+        except ValueError as exc:
+            errors.setdefault(name, []).append(str(exc))
+            continue
+        if f.lo is not None and val < f.lo or f.hi is not None and val > f.hi:
+            errors.setdefault(name, []).append(f"must be between {f.lo:g} and {f.hi:g}")
+            continue
+        if f.choices and val not in f.choices:
+            errors.setdefault(name, []).append(f"must be one of {', '.join(f.choices)}")
+            continue
+        if f.kind == "tiers" and known_tiers is not None:
+            unknown = [t for t in val if t not in known_tiers]
+            if unknown:
+                errors.setdefault(name, []).append(f"unknown tiers: {', '.join(unknown)}")
+                continue
+        clean[name] = val
+    merged = {**DEFAULTS, **(base or {}), **clean}
+    if not errors and merged["router_tau_1"] < merged["router_tau_2"]:
+        errors.setdefault("router_tau_1", []).append(
+            "router_tau_1 must be at least router_tau_2 (the cheaper tier needs more confidence)")
+    return clean, errors
+
+
+def effective(global_values: Mapping[str, Any] | None,
+              tenant_values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Defaults, overridden by the global policy, overridden by the tenant's."""
+    return {**DEFAULTS, **(global_values or {}), **(tenant_values or {})}

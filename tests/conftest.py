@@ -1,0 +1,110 @@
+"""Test fixtures: a fresh PostgreSQL database and Redis namespace per test session.
+
+Set SLUICE_TEST_DATABASE_URL to a server URL (default: the local PostgreSQL at
+127.0.0.1:5432) or to ``sqlite`` to run on SQLite instead.
+"""
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+RUN_ID = uuid.uuid4().hex[:10]
+PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+REDIS_URL = os.environ.get("SLUICE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def _make_database(tmp_path_factory) -> tuple[str, callable]:
+    base = os.environ.get("SLUICE_TEST_DATABASE_URL", PG_DEFAULT)
+    if base == "sqlite":
+        path = tmp_path_factory.mktemp("db") / "sluice.db"
+        return f"sqlite:///{path}", lambda: None
+    name = f"sluice_test_{RUN_ID}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = re.sub(r"/[^/]*$", f"/{name}", base)
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+    return url, drop
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory):
+    url, drop = _make_database(tmp_path_factory)
+    yield url
+    drop()
+
+
+@pytest.fixture(scope="session")
+def redis_namespace():
+    ns = f"sluicetest{RUN_ID}"
+    yield ns
+    import redis
+    r = redis.Redis.from_url(REDIS_URL)
+    for key in r.scan_iter(f"{ns}:*", count=1000):
+        r.delete(key)
+
+
+@pytest.fixture(scope="session")
+def app_config(database_url, redis_namespace, tmp_path_factory):
+    return {
+        "SQLALCHEMY_DATABASE_URI": database_url,
+        "REDIS_URL": REDIS_URL,
+        "REDIS_NAMESPACE": redis_namespace,
+        "QDRANT_PATH": str(tmp_path_factory.mktemp("qdrant")),
+        "SECRET_KEY": "test-secret-key-for-sessions",
+        "SERVER_NAME": "localhost",
+    }
+
+
+@pytest.fixture(scope="session")
+def _app(app_config):
+    from app import create_app
+    from app.extensions import db
+    app = create_app(app_config, env="test")
+    with app.app_context():
+        db.create_all()
+    yield app
+    with app.app_context():
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture()
+def app(_app):
+    """The app inside an app context; every table is emptied after the test."""
+    from app.extensions import db
+    ctx = _app.app_context()
+    ctx.push()
+    yield _app
+    db.session.remove()
+    with db.engine.begin() as conn:
+        for table in reversed(db.metadata.sorted_tables):
+            conn.execute(table.delete())
+    ctx.pop()
+
+
+@pytest.fixture()
+def client(app):
+    return app.test_client()
+
+
+@pytest.fixture()
+def runner(app):
+    return app.test_cli_runner()
+
+
+@pytest.fixture()
+def redis_client(app):
+    from app.redis_client import get_redis
+    return get_redis()

@@ -1,0 +1,54 @@
+"""Celery wired per Flask's pattern: tasks run inside the app context.
+
+``celery -A workers.celery_app worker`` finds ``celery`` here. The Flask app is built
+lazily on first attribute access by Celery's CLI, never at import of a task module.
+"""
+from __future__ import annotations
+
+from celery import Celery, Task
+from flask import Flask
+
+
+def celery_init_app(app: Flask) -> Celery:
+    class FlaskTask(Task):
+        def __call__(self, *args, **kwargs):
+            with app.app_context():
+                return self.run(*args, **kwargs)
+
+    ns = app.config["REDIS_NAMESPACE"]
+    settings = {
+        "broker_url": app.config["REDIS_URL"],
+        "result_backend": app.config["REDIS_URL"],
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "broker_connection_retry_on_startup": True,
+        # Keys and queues under our namespace, so parallel deployments/tests don't mix.
+        "broker_transport_options": {"global_keyprefix": f"{ns}:celery:"},
+        "result_backend_transport_options": {"global_keyprefix": f"{ns}:celery:"},
+        "task_default_queue": "default",
+        "beat_schedule": {
+            "snapshot-publish": {"task": "snapshot.publish", "schedule": 60.0},
+            "ledger-drain": {"task": "ledger.drain", "schedule": 2.0},
+        },
+        "imports": ["workers.tasks.snapshot", "workers.tasks.ledger"],
+    }
+    settings.update(app.config.get("CELERY") or {})
+    celery = Celery(app.name, task_cls=FlaskTask)
+    celery.config_from_object(settings)
+    celery.set_default()
+    app.extensions["celery"] = celery
+    return celery
+
+
+def make_celery() -> Celery:
+    from app import create_app
+    return create_app().extensions["celery"]
+
+
+def __getattr__(name: str):
+    # Celery's CLI looks up ``celery`` (or ``app``) on this module.
+    if name in ("celery", "app"):
+        return make_celery()
+    raise AttributeError(name)
