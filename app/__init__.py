@@ -26,6 +26,7 @@ def _import_models() -> None:
     from app.audit import models as _a  # noqa: F401
     from app.auth import models as _u  # noqa: F401
     from app.catalog import models as _c  # noqa: F401
+    from app.drills import models as _d  # noqa: F401
     from app.ledger import models as _l  # noqa: F401
     from app.policies import models as _p  # noqa: F401
     from app.tenants import models as _t  # noqa: F401
@@ -77,5 +78,15 @@ def register_errorhandlers(app: Flask) -> None:
 
 
 def register_commands(app: Flask) -> None:
+    import importlib
+
     from app.commands import sluice_cli
+    from app.drills.cli import drill_cli
     app.cli.add_command(sluice_cli)
+    app.cli.add_command(drill_cli)
+    # Each area's cli module adds its drills to ``drill_cli`` on import and returns its
+    # own groups (sim, minify, engine ...) from ``groups()``.
+    for name in ("app.cache.cli", "app.routing.cli", "app.minify.cli", "app.engine.cli"):
+        module = importlib.import_module(name)
+        for group in getattr(module, "groups", lambda: [])():
+            app.cli.add_command(group)

@@ -102,3 +102,24 @@ class Replica(db.Model):
                 "state": self.state, "pid": self.pid, "restarts": self.restarts,
                 "weight": self.weight, "last_error": self.last_error,
                 "last_health_at": self.last_health_at.isoformat() if self.last_health_at else None}
+
+
+class ReplicaMetric(db.Model):
+    """One scrape of a replica's /metrics (vLLM names), kept as a time series for the console.
+    Counters are cumulative as the engine reports them; rates are differences of rows."""
+
+    __tablename__ = "replica_metrics"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    replica_id: Mapped[int] = mapped_column(ForeignKey("replicas.id", ondelete="CASCADE"),
+                                            index=True)
+    at = mapped_column(UTCDateTime, default=utcnow, index=True)
+    prefix_cache_queries: Mapped[float] = mapped_column(default=0.0)
+    prefix_cache_hits: Mapped[float] = mapped_column(default=0.0)
+    kv_cache_usage_perc: Mapped[float] = mapped_column(default=0.0)
+    num_requests_running: Mapped[float] = mapped_column(default=0.0)
+    num_requests_waiting: Mapped[float] = mapped_column(default=0.0)
+    ttft_seconds_sum: Mapped[float] = mapped_column(default=0.0)
+    ttft_seconds_count: Mapped[float] = mapped_column(default=0.0)
+    spec_decode_num_draft_tokens: Mapped[float] = mapped_column(default=0.0)
+    spec_decode_num_accepted_tokens: Mapped[float] = mapped_column(default=0.0)

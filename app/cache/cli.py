@@ -1,0 +1,1 @@
+"""drill cache-poisoning (filled in by the cache area)."""
