@@ -61,13 +61,20 @@ def register_extensions(app: Flask) -> None:
 
 
 def register_blueprints(app: Flask) -> None:
+    import importlib
+
     from app.api.views import bp as api_bp
-    from app.auth.views import bp as auth_bp
-    from app.console.views import bp as console_bp
     from app.extensions import csrf
 
-    app.register_blueprint(auth_bp)
-    app.register_blueprint(console_bp)
+    # Console areas; each module exposes ``bp``. Area JSON routes live under /api/v1/<area>
+    # on a second blueprint ``api_bp`` when the module has one.
+    for name in ("app.auth.views", "app.console.views", "app.pools.views",
+                 "app.drills.views", "app.finops.views"):
+        module = importlib.import_module(name)
+        app.register_blueprint(module.bp)
+        if hasattr(module, "api_bp"):
+            app.register_blueprint(module.api_bp, url_prefix="/api/v1")
+            csrf.exempt(module.api_bp)
     app.register_blueprint(api_bp, url_prefix="/api/v1")
     csrf.exempt(api_bp)  # bearer-token API: no cookies, so no CSRF surface
 

@@ -1,0 +1,4 @@
+"""Console pages and admin API routes of the drills area."""
+from flask import Blueprint
+
+bp = Blueprint("drills", __name__)

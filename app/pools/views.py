@@ -1,0 +1,4 @@
+"""Console pages and admin API routes of the pools area."""
+from flask import Blueprint
+
+bp = Blueprint("pools", __name__)
