@@ -1,0 +1,108 @@
+"""Workflow operations: created by traffic (the ledger drain), named and categorised by people."""
+from __future__ import annotations
+
+from app.audit.service import record
+from app.errors import Forbidden, NotFound, ValidationError
+from app.extensions import db
+from app.workflows.models import COHORTS, Workflow
+
+
+def _insert_ignore(rows: list[dict]) -> None:
+    """INSERT .. ON CONFLICT (tenant_id, signature) DO NOTHING on PostgreSQL and SQLite."""
+    if not rows:
+        return
+    dialect = db.session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    elif dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    else:  # pragma: no cover - other backends: check then insert
+        for row in rows:
+            exists = db.session.scalar(db.select(Workflow.id).where(
+                Workflow.tenant_id == row["tenant_id"], Workflow.signature == row["signature"]))
+            if exists is None:
+                db.session.add(Workflow(**row))
+        db.session.flush()
+        return
+    stmt = insert(Workflow).values(rows).on_conflict_do_nothing(
+        index_elements=["tenant_id", "signature"])
+    db.session.execute(stmt)
+
+
+def ensure_workflows(pairs: set[tuple[int, str]], names: dict[tuple[int, str], str] | None = None
+                     ) -> None:
+    """Create the missing (tenant_id, signature) workflows in the current transaction;
+    the caller commits. Safe against concurrent drains (the unique key decides)."""
+    from app.models_base import utcnow
+    names = names or {}
+    now = utcnow()
+    rows = [{"tenant_id": t, "signature": s, "name": names.get((t, s), "")[:200],
+             "category": "uncategorized", "first_seen_at": now}
+            for t, s in sorted(pairs)]
+    _insert_ignore(rows)
+
+
+def ensure_workflow(tenant_id: int, signature: str, name: str = "", *,
+                    commit: bool = True) -> Workflow:
+    """The workflow for (tenant, signature), created if new. Idempotent."""
+    ensure_workflows({(tenant_id, signature)}, {(tenant_id, signature): name})
+    wf = db.session.scalar(db.select(Workflow).where(Workflow.tenant_id == tenant_id,
+                                                     Workflow.signature == signature))
+    if commit:
+        db.session.commit()
+    return wf
+
+
+def list_workflows(user, *, tenant_id: int | None = None) -> list[Workflow]:
+    q = db.select(Workflow).order_by(Workflow.first_seen_at.desc(), Workflow.id.desc())
+    if user.tenant_id is not None:
+        q = q.where(Workflow.tenant_id == user.tenant_id)
+    elif tenant_id is not None:
+        q = q.where(Workflow.tenant_id == tenant_id)
+    return list(db.session.scalars(q))
+
+
+def get_workflow(user, workflow_id: int) -> Workflow:
+    wf = db.session.get(Workflow, workflow_id)
+    if wf is None or not user.sees_tenant(wf.tenant_id):
+        raise NotFound("no such workflow")
+    return wf
+
+
+def _clean(data: dict) -> dict:
+    errors: dict[str, list[str]] = {}
+    clean: dict = {}
+    if "name" in data:
+        name = str(data.get("name") or "").strip()
+        if len(name) > 200:
+            errors["name"] = ["must be at most 200 characters"]
+        else:
+            clean["name"] = name
+    if "category" in data:
+        cat = data.get("category")
+        if cat not in COHORTS:
+            errors["category"] = [f"must be one of {', '.join(COHORTS)}"]
+        else:
+            clean["category"] = cat
+    unknown = set(data) - {"name", "category"}
+    for field in sorted(unknown):
+        errors[field] = ["cannot be changed"]
+    if errors:
+        raise ValidationError("invalid workflow", errors)
+    return clean
+
+
+def update_workflow(user, workflow_id: int, data: dict) -> Workflow:
+    wf = get_workflow(user, workflow_id)
+    if not user.can("workflow.manage", wf.tenant_id):
+        raise Forbidden(f"your role ({user.role}) may not do this")
+    clean = _clean(data)
+    before = wf.to_dict()
+    for key, value in clean.items():
+        setattr(wf, key, value)
+    record(user, "workflow.update", "workflow", wf.id, tenant_id=wf.tenant_id,
+           before=before, after=wf.to_dict())
+    db.session.commit()
+    from app.snapshot.service import publish_after_commit
+    publish_after_commit()
+    return wf
