@@ -27,8 +27,10 @@ def _import_models() -> None:
     from app.auth import models as _u  # noqa: F401
     from app.catalog import models as _c  # noqa: F401
     from app.drills import models as _d  # noqa: F401
+    from app.finops import models as _f  # noqa: F401
     from app.ledger import models as _l  # noqa: F401
     from app.policies import models as _p  # noqa: F401
+    from app.router import models as _r  # noqa: F401
     from app.tenants import models as _t  # noqa: F401
     from app.workflows import models as _w  # noqa: F401
 

@@ -1,0 +1,99 @@
+"""FinOps: prices with effective dates, GPU rates, budgets, alerts and ledger rollups."""
+from __future__ import annotations
+
+from decimal import Decimal
+
+from sqlalchemy import ForeignKey, Index, Numeric, String, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+from app.models_base import UTCDateTime, utcnow
+
+Money = Numeric(18, 10)
+BUDGET_ACTIONS = ("alert", "hard_stop")
+GRAINS = ("hour", "day", "month")
+
+
+class TierPrice(db.Model):
+    """A tier's price from ``effective_from`` on (until the next row). The Tier row's own
+    prices are the price before the first TierPrice."""
+
+    __tablename__ = "tier_prices"
+    __table_args__ = (UniqueConstraint("tier_id", "effective_from", name="uq_tier_prices_from"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tier_id: Mapped[int] = mapped_column(ForeignKey("tiers.id", ondelete="CASCADE"), index=True)
+    effective_from = mapped_column(UTCDateTime)
+    price_input_per_m: Mapped[Decimal] = mapped_column(Numeric(18, 8))
+    price_cached_input_per_m: Mapped[Decimal] = mapped_column(Numeric(18, 8))
+    price_output_per_m: Mapped[Decimal] = mapped_column(Numeric(18, 8))
+    created_at = mapped_column(UTCDateTime, default=utcnow)
+
+
+class GpuRate(db.Model):
+    __tablename__ = "gpu_rates"
+    __table_args__ = (UniqueConstraint("gpu_type", "effective_from", name="uq_gpu_rates_from"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(32))
+    hourly_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6))
+    effective_from = mapped_column(UTCDateTime)
+
+
+class Budget(db.Model):
+    __tablename__ = "budgets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"),
+                                           unique=True)
+    monthly_limit_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6))
+    action: Mapped[str] = mapped_column(String(16), default="alert")
+    webhook_url: Mapped[str] = mapped_column(String(500), default="")
+    updated_at = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
+
+
+class BudgetAlert(db.Model):
+    __tablename__ = "budget_alerts"
+    __table_args__ = (UniqueConstraint("tenant_id", "period", "threshold_pct",
+                                       name="uq_budget_alerts_once"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(index=True)
+    period: Mapped[str] = mapped_column(String(7))  # YYYY-MM
+    threshold_pct: Mapped[int] = mapped_column()
+    spent_usd: Mapped[Decimal] = mapped_column(Money)
+    at = mapped_column(UTCDateTime, default=utcnow)
+    webhook_status: Mapped[str] = mapped_column(String(64), default="")
+
+
+class Rollup(db.Model):
+    """Aggregates of ledger rows per grain bucket and dimensions; rebuilt idempotently."""
+
+    __tablename__ = "ledger_rollups"
+    __table_args__ = (
+        UniqueConstraint("grain", "bucket_start", "tenant_id", "tier", "workflow", "model",
+                         name="uq_rollups_dims"),
+        Index("ix_rollups_grain_bucket", "grain", "bucket_start"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    grain: Mapped[str] = mapped_column(String(8))
+    bucket_start = mapped_column(UTCDateTime)
+    tenant_id: Mapped[int] = mapped_column()
+    department: Mapped[str] = mapped_column(String(100), default="")
+    tier: Mapped[str] = mapped_column(String(64), default="")
+    workflow: Mapped[str] = mapped_column(String(64), default="")
+    model: Mapped[str] = mapped_column(String(200), default="")
+    requests: Mapped[int] = mapped_column(default=0)
+    cache_exact: Mapped[int] = mapped_column(default=0)
+    cache_semantic: Mapped[int] = mapped_column(default=0)
+    escalations: Mapped[int] = mapped_column(default=0)
+    prompt_tokens: Mapped[int] = mapped_column(default=0)
+    cached_tokens: Mapped[int] = mapped_column(default=0)
+    completion_tokens: Mapped[int] = mapped_column(default=0)
+    raw_schema_output_tokens: Mapped[int] = mapped_column(default=0)
+    cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    gpu_cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    baseline_cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    ttft_ms_sum: Mapped[float] = mapped_column(default=0.0)
+    ttft_count: Mapped[int] = mapped_column(default=0)
