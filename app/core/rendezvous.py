@@ -1,0 +1,111 @@
+"""Replica choice for stage S03: weighted rendezvous (highest-random-weight) hashing with
+bounded load. Pure: plain data in, plain data out, no I/O.
+
+Every gateway process that holds the same replica view and the same loads picks the same
+replica for the same key, with no shared state: the order is a function of (key, replica id,
+weight) only. Hashes are blake2b (stable across processes and Python versions), never
+``hash()``.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Mapping, Sequence
+
+# When the static prefix arrives as text, this many characters stand for one token
+# (the usual ~4 chars/token of BPE tokenizers on English and JSON).
+CHARS_PER_TOKEN = 4
+_TWO64 = float(1 << 64)
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    """What the picker needs to know about one replica (from the gateway snapshot)."""
+
+    id: Hashable
+    url: str = ""
+    weight: float = 1.0
+    healthy: bool = True
+
+    @classmethod
+    def from_snapshot(cls, row: Mapping) -> "ReplicaView":
+        """From a replica row of ``build_snapshot()['pools'][..]['replicas']``."""
+        return cls(id=row["id"], url=row.get("url", ""), weight=float(row.get("weight") or 1.0),
+                   healthy=row.get("state") == "healthy")
+
+
+def _h64(*parts: str) -> int:
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def hrw_score(key: str, replica: ReplicaView) -> float:
+    """``-w / ln(u)`` with u uniform in (0, 1): the weighted-rendezvous score, under which
+    replica i wins a key with probability w_i / sum(w)."""
+    u = (_h64(key, str(replica.id)) + 0.5) / _TWO64
+    return -replica.weight / math.log(u)
+
+
+def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
+    """Healthy, positively weighted replicas, best first for ``key``. Ties (astronomically
+    rare) break on the replica id's text so the order never depends on input order."""
+    live = [r for r in replicas if r.healthy and r.weight > 0]
+    return sorted(live, key=lambda r: (-hrw_score(key, r), str(r.id)))
+
+
+def load_bound(total_load: float, weight: float, total_weight: float, c: float) -> float:
+    """Most load replica may carry after taking this request: ``ceil(c * share)`` where
+    share = (total + 1) * w / W is its capacity share of the load including this request
+    (with equal weights, c x mean). The ceiling is the bounded-load consistent-hashing rule
+    (Mirrokni et al.): without it an idle cluster would count every replica as overloaded."""
+    return math.ceil(c * (total_load + 1.0) * weight / total_weight)
+
+
+def pick_replica(key: str, replicas: Sequence[ReplicaView],
+                 loads: Mapping[Hashable, float] | None = None,
+                 c: float = 1.25) -> ReplicaView | None:
+    """The first replica in ``hrw_order(key)`` whose load + 1 stays within
+    ``load_bound``; when every healthy replica is over, the least loaded relative to its
+    weight. None when no replica is healthy. ``loads`` missing an id counts as 0."""
+    order = hrw_order(key, replicas)
+    if not order:
+        return None
+    loads = loads or {}
+    total = sum(float(loads.get(r.id, 0.0)) for r in order)
+    total_weight = sum(r.weight for r in order)
+    for r in order:
+        if float(loads.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, total_weight, c):
+            return r
+    ranked = enumerate(order)
+    return min(ranked, key=lambda ir: (float(loads.get(ir[1].id, 0.0)) / ir[1].weight, ir[0]))[1]
+
+
+def _norm_prefix(static_prefix: str | Sequence[int] | None, prefix_key_tokens: int) -> str:
+    if static_prefix is None:
+        return ""
+    if isinstance(static_prefix, str):
+        return "t:" + static_prefix[: prefix_key_tokens * CHARS_PER_TOKEN]
+    return "i:" + ",".join(str(int(t)) for t in list(static_prefix)[:prefix_key_tokens])
+
+
+def affinity_key(session_id: str | None, static_prefix: str | Sequence[int] | None,
+                 prefix_key_tokens: int = 4500, *, salt: str = "",
+                 fallback: str = "") -> str:
+    """The rendezvous key of a request.
+
+    The session id when there is one (every turn of a conversation lands on the replica
+    that holds its history); else a blake2b of the static prefix (system prompt + tool
+    definitions), cut to ``prefix_key_tokens`` token ids or, for text, that many tokens
+    at ``CHARS_PER_TOKEN``. ``salt`` is the tenant's cache salt when the policy isolates
+    its prefix cache (its prefixes cannot be shared with other tenants, so neither is the
+    key). With neither session nor prefix, ``fallback`` (e.g. the request id) spreads the
+    request like random choice would.
+    """
+    if session_id:
+        return f"s:{salt}:{session_id}"
+    body = _norm_prefix(static_prefix, prefix_key_tokens)
+    if not body:
+        return f"r:{fallback}"
+    digest = hashlib.blake2b(f"{salt}\x1f{body}".encode(), digest_size=16).hexdigest()
+    return f"p:{digest}"
