@@ -42,11 +42,12 @@ def seed_catalog() -> list[str]:
         pools[name] = pool
         made.append(f"pool {name}")
     for t in SEED_TIERS:
-        # Blended price: the seed gives one number per tier; input = cached*4, output = 3x input.
+        # The seed gives one per-token cost per tier; input and output are priced at it
+        # (so the 3:1 blend shown in the console is the seed's number), cached input at 1/4.
         price = t["price"]
         tier = Tier(name=t["name"], rank=t["rank"], model=t["model"],
                     price_input_per_m=price, price_cached_input_per_m=price / 4,
-                    price_output_per_m=price * 3,
+                    price_output_per_m=price,
                     upstream_kind="pool" if t["pool"] else "external",
                     pool_id=pools[t["pool"]].id if t["pool"] else None,
                     endpoint_url="" if t["pool"] else "http://127.0.0.1:8530/v1",

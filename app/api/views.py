@@ -1,4 +1,9 @@
-"""JSON admin API under /api/v1 (bearer tokens of console users)."""
+"""JSON admin API under /api/v1 (bearer tokens of console users).
+
+A token acts as its user, with that user's role and tenant scope. Routes call the same
+service functions as the console; service errors become
+``{"error": {"code", "message", "fields"}}`` with their status (app.console.errors).
+"""
 from __future__ import annotations
 
 from functools import wraps
@@ -6,7 +11,7 @@ from functools import wraps
 from flask import Blueprint, g, jsonify, request
 
 from app.auth.service import user_for_token
-from app.errors import ServiceError, ValidationError
+from app.errors import ServiceError
 
 bp = Blueprint("api", __name__)
 
@@ -27,13 +32,32 @@ def api_auth(fn):
 
 
 def body() -> dict:
+    """The request's JSON object, or a 400."""
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
-        raise ValidationError("the request body must be a JSON object", {"body": ["not a JSON object"]})
+        raise ServiceError("the request body must be a JSON object",
+                           {"body": ["not a JSON object"]})
     return data
+
+
+def int_arg(name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = None
+    if value is None or not lo <= value <= hi:
+        raise ServiceError(f"bad query parameter {name}",
+                           {name: [f"must be a whole number from {lo} to {hi}"]})
+    return value
 
 
 @bp.route("/me")
 @api_auth
 def me():
     return jsonify(g.api_user.to_dict())
+
+
+from app.api import admin, catalog, tenants  # noqa: E402,F401

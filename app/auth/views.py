@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from flask import Blueprint, flash, redirect, render_template, request, url_for
-from flask_login import login_required, login_user, logout_user
+from flask_login import current_user, login_required, login_user, logout_user
 
 from app.auth import service
 from app.auth.forms import LoginForm
@@ -10,20 +10,28 @@ from app.auth.forms import LoginForm
 bp = Blueprint("auth", __name__)
 
 
+def _safe_next(target: str | None) -> str:
+    """Only same-site paths: never ``//host`` or ``/\\host`` (open redirects)."""
+    if not target or not target.startswith("/") or target[1:2] in ("/", "\\"):
+        return url_for("console.home")
+    return target
+
+
 @bp.route("/login", methods=["GET", "POST"])
 def login():
+    if current_user.is_authenticated and request.method == "GET":
+        return redirect(_safe_next(request.args.get("next")))
     form = LoginForm()
-    if form.validate_on_submit():
-        user = service.authenticate(form.email.data, form.password.data)
-        if user is not None:
-            login_user(user)
-            target = request.args.get("next") or ""
-            if not target.startswith("/") or target.startswith("//"):
-                target = url_for("console.home")
-            return redirect(target)
+    if not form.is_submitted():
+        return render_template("auth/login.html", form=form)
+    if not form.validate():
+        return render_template("auth/login.html", form=form), 400
+    user = service.authenticate(form.email.data, form.password.data)
+    if user is None:
         flash("Wrong email or password.", "error")
-    return render_template("auth/login.html", form=form), 200 if request.method == "GET" or \
-        form.errors == {} else 400
+        return render_template("auth/login.html", form=form), 401
+    login_user(user)
+    return redirect(_safe_next(request.args.get("next")))
 
 
 @bp.route("/logout", methods=["POST"])

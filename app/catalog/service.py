@@ -20,6 +20,12 @@ def _require(user, permission: str) -> None:
         raise Forbidden(f"your role ({user.role}) may not do this")
 
 
+def blended_price(tier: Tier) -> Decimal:
+    """USD per 1M tokens at the usual 3:1 input:output mix (uncached input)."""
+    return ((3 * Decimal(tier.price_input_per_m) + Decimal(tier.price_output_per_m)) / 4
+            ).quantize(Decimal("0.00000001"))
+
+
 def list_tiers() -> list[Tier]:
     return list(db.session.scalars(db.select(Tier).order_by(Tier.rank)))
 

@@ -1,0 +1,106 @@
+"""Console pages: tiers (prices, upstream) and pools (engine options, desired replicas)."""
+from __future__ import annotations
+
+import json
+
+from flask import flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from app.catalog import service
+from app.catalog.models import ENGINES, UPSTREAM_KINDS
+from app.console.helpers import checkbox, form_data, render_errors, require
+from app.console.views import bp
+from app.errors import ServiceError
+
+TIER_FIELDS = ("name", "rank", "model", "price_input_per_m", "price_cached_input_per_m",
+               "price_output_per_m", "upstream_kind", "pool_id", "endpoint_url", "api_key_env",
+               "timeout_s")
+POOL_FIELDS = ("name", "node", "engine", "model", "served_model_name", "options",
+               "desired_replicas", "base_port", "gpu_type", "gpus_per_replica",
+               "capacity_weight")
+
+
+@bp.route("/catalog/tiers")
+@login_required
+def tiers():
+    return render_template("console/tiers.html", tiers=service.list_tiers(),
+                           blended=service.blended_price,
+                           can_manage=current_user.can("catalog.manage"))
+
+
+def _tier_form(tier_id: int | None):
+    require("catalog.manage")
+    tier = service.get_tier(tier_id) if tier_id else None
+    if tier is not None:
+        values = {f: getattr(tier, f) for f in TIER_FIELDS} | {"enabled": tier.enabled}
+    else:
+        values = {"rank": "", "upstream_kind": "pool", "timeout_s": 60, "enabled": True,
+                  "price_input_per_m": "0", "price_cached_input_per_m": "0",
+                  "price_output_per_m": "0"}
+    context = {"tier": tier, "pools": service.list_pools(), "kinds": UPSTREAM_KINDS}
+    if request.method == "POST":
+        values = form_data(*TIER_FIELDS) | {"enabled": checkbox("enabled")}
+        try:
+            tier = service.save_tier(current_user, values, tier_id)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            return render_errors("console/tier_form.html", exc, values=values, **context)
+        flash(f"Tier {tier.name} saved.", "success")
+        return redirect(url_for("console.tiers"))
+    return render_template("console/tier_form.html", values=values, errors={}, **context)
+
+
+@bp.route("/catalog/tiers/new", methods=["GET", "POST"])
+@login_required
+def tier_new():
+    return _tier_form(None)
+
+
+@bp.route("/catalog/tiers/<int:tier_id>/edit", methods=["GET", "POST"])
+@login_required
+def tier_edit(tier_id: int):
+    return _tier_form(tier_id)
+
+
+@bp.route("/catalog/pools")
+@login_required
+def pools():
+    return render_template("console/pools.html", pools=service.list_pools(),
+                           can_manage=current_user.can("catalog.manage"))
+
+
+def _pool_form(pool_id: int | None):
+    require("catalog.manage")
+    pool = service.get_pool(pool_id) if pool_id else None
+    if pool is not None:
+        values = {f: getattr(pool, f) for f in POOL_FIELDS}
+        values["options"] = json.dumps(pool.options or {}, indent=2, sort_keys=True)
+    else:
+        values = {"node": "local", "engine": "reference", "options": "{}",
+                  "desired_replicas": 1, "base_port": 8500, "gpus_per_replica": 1,
+                  "capacity_weight": 1.0}
+    context = {"pool": pool, "engines": ENGINES}
+    if request.method == "POST":
+        values = form_data(*POOL_FIELDS)
+        try:
+            pool = service.save_pool(current_user, values, pool_id)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            return render_errors("console/pool_form.html", exc, values=values, **context)
+        flash(f"Pool {pool.name} saved.", "success")
+        return redirect(url_for("console.pools"))
+    return render_template("console/pool_form.html", values=values, errors={}, **context)
+
+
+@bp.route("/catalog/pools/new", methods=["GET", "POST"])
+@login_required
+def pool_new():
+    return _pool_form(None)
+
+
+@bp.route("/catalog/pools/<int:pool_id>/edit", methods=["GET", "POST"])
+@login_required
+def pool_edit(pool_id: int):
+    return _pool_form(pool_id)

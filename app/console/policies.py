@@ -1,0 +1,92 @@
+"""Console pages: the global policy and each tenant's overrides.
+
+An empty input means "not set here": the global form then uses the built-in default,
+a tenant's form inherits the global value.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from app.console.helpers import render_errors
+from app.console.views import bp
+from app.errors import ServiceError
+from app.policies import schema, service
+from app.tenants.service import get_tenant, visible_tenants
+
+
+def _display(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ", ".join(value)
+    return "" if value is None else str(value)
+
+
+def _submitted() -> dict[str, str]:
+    return {name: request.form.get(name, "").strip() for name in schema.FIELDS}
+
+
+def _rows(own: dict[str, Any], inherited: dict[str, Any], submitted: dict[str, str] | None):
+    rows = []
+    for name, f in schema.FIELDS.items():
+        value = submitted[name] if submitted is not None else (
+            _display(own[name]) if name in own else "")
+        rows.append({"name": name, "field": f, "value": value,
+                     "inherited": _display(inherited[name]),
+                     "kind": f.kind if isinstance(f.kind, str) else f.kind.__name__})
+    return rows
+
+
+def _save(tenant_id: int | None, template: str, context: dict):
+    submitted = _submitted()
+    given = {k: v for k, v in submitted.items() if v != ""}
+    try:
+        service.update_policy(current_user, tenant_id, given, replace=True)
+    except ServiceError as exc:
+        if not exc.errors:
+            raise
+        context["rows"] = _rows({}, context["inherited"], submitted)
+        return render_errors(template, exc, **context)
+    flash("Policy saved.", "success")
+    return None
+
+
+@bp.route("/policies", methods=["GET", "POST"])
+@login_required
+def policy_global():
+    can_manage = current_user.tenant_id is None and current_user.can("policy.manage")
+    inherited = dict(schema.DEFAULTS)
+    context = {"tenant": None, "can_manage": can_manage, "inherited": inherited,
+               "tenants": visible_tenants(current_user), "errors": {}}
+    if request.method == "POST":
+        if not can_manage:
+            abort(403)
+        response = _save(None, "console/policy.html", context)
+        if response is not None:
+            return response
+        return redirect(url_for("console.policy_global"))
+    context["rows"] = _rows(service.global_values(), inherited, None)
+    return render_template("console/policy.html", **context)
+
+
+@bp.route("/tenants/<int:tenant_id>/policy", methods=["GET", "POST"])
+@login_required
+def policy_tenant(tenant_id: int):
+    tenant = get_tenant(current_user, tenant_id)
+    can_manage = current_user.can("policy.manage", tenant.id)
+    inherited = schema.effective(service.global_values(), None)
+    context = {"tenant": tenant, "can_manage": can_manage, "inherited": inherited,
+               "tenants": visible_tenants(current_user), "errors": {},
+               "effective": service.effective_policy(tenant.id)}
+    if request.method == "POST":
+        if not can_manage:
+            abort(403)
+        response = _save(tenant.id, "console/policy.html", context)
+        if response is not None:
+            return response
+        return redirect(url_for("console.policy_tenant", tenant_id=tenant.id))
+    context["rows"] = _rows(service.tenant_values(tenant.id), inherited, None)
+    return render_template("console/policy.html", **context)

@@ -1,0 +1,95 @@
+"""Console pages: tenants and their gateway API keys."""
+from __future__ import annotations
+
+from flask import abort, flash, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from app.console.helpers import form_data, render_errors, require
+from app.console.views import bp
+from app.errors import ServiceError
+from app.tenants import service
+from app.tenants.models import TENANT_STATUSES
+
+TENANT_FIELDS = ("name", "department", "status")
+
+
+@bp.route("/tenants")
+@login_required
+def tenants():
+    return render_template("console/tenants.html", tenants=service.visible_tenants(current_user))
+
+
+@bp.route("/tenants/new", methods=["GET", "POST"])
+@login_required
+def tenant_new():
+    if current_user.tenant_id is not None:
+        abort(403)
+    require("tenant.manage")
+    values = {"name": "", "department": "", "status": "active"}
+    if request.method == "POST":
+        values = form_data(*TENANT_FIELDS)
+        try:
+            tenant = service.create_tenant(current_user, values)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            return render_errors("console/tenant_form.html", exc, values=values, tenant=None,
+                                 statuses=TENANT_STATUSES)
+        flash(f"Tenant {tenant.name} created.", "success")
+        return redirect(url_for("console.tenant_keys", tenant_id=tenant.id))
+    return render_template("console/tenant_form.html", values=values, tenant=None, errors={},
+                           statuses=TENANT_STATUSES)
+
+
+@bp.route("/tenants/<int:tenant_id>/edit", methods=["GET", "POST"])
+@login_required
+def tenant_edit(tenant_id: int):
+    tenant = service.get_tenant(current_user, tenant_id)
+    require("tenant.manage", tenant.id)
+    values = {f: getattr(tenant, f) for f in TENANT_FIELDS}
+    if request.method == "POST":
+        values = form_data(*TENANT_FIELDS)
+        try:
+            service.update_tenant(current_user, tenant.id, values)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            return render_errors("console/tenant_form.html", exc, values=values,
+                                 tenant=tenant, statuses=TENANT_STATUSES)
+        flash("Tenant saved.", "success")
+        return redirect(url_for("console.tenants"))
+    return render_template("console/tenant_form.html", values=values, tenant=tenant, errors={},
+                           statuses=TENANT_STATUSES)
+
+
+@bp.route("/tenants/<int:tenant_id>/keys", methods=["GET", "POST"])
+@login_required
+def tenant_keys(tenant_id: int):
+    tenant = service.get_tenant(current_user, tenant_id)
+    can_manage = current_user.can("key.manage", tenant.id)
+    context = {"tenant": tenant, "can_manage": can_manage, "errors": {},
+               "values": {"name": "", "expires_at": ""}, "plaintext": None}
+    if request.method == "POST":
+        require("key.manage", tenant.id)
+        values = form_data("name", "expires_at")
+        try:
+            key, plaintext = service.create_key(current_user, tenant.id, values)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            context.update(values=values)
+            return render_errors("console/keys.html", exc, **context)
+        # The plaintext is rendered into this one response and kept nowhere else.
+        context.update(plaintext=plaintext, new_key=key)
+        return render_template("console/keys.html", **context), 201
+    return render_template("console/keys.html", **context)
+
+
+@bp.route("/keys/<int:key_id>/revoke", methods=["POST"])
+@login_required
+def key_revoke(key_id: int):
+    key = service.get_key(current_user, key_id)
+    require("key.manage", key.tenant_id)
+    service.revoke_key(current_user, key.id)
+    flash(f"Key {key.prefix}… revoked.", "success")
+    return redirect(url_for("console.tenant_keys", tenant_id=key.tenant_id))
