@@ -1,0 +1,204 @@
+"""Live replica load for bounded-load replica choice, kept in Redis by the gateways.
+
+Layout (``<ns>`` is the Redis namespace):
+
+- ``<ns>:replica:<id>:inflight``  hash, field = gateway process id, value = that process's
+  in-flight requests on the replica. Only the owning process writes its field, and it
+  writes the absolute count it holds locally, so a lost write heals on the next one.
+- ``<ns>:replica:<id>:inflight_seen``  hash, same fields, value = unix time of the
+  owner's last write. Readers ignore a field not refreshed within ``ttl_s``: a crashed
+  gateway stops refreshing, so its load disappears after at most ``ttl_s``. Both keys
+  also expire (2 x ``ttl_s``) when nobody writes them.
+- ``<ns>:replica:<id>:stats``  hash written by the pool's metrics scraper; this module
+  reads its ``num_requests_waiting`` field.
+
+Load of a replica = live in-flight (all gateways) + scraped ``num_requests_waiting``.
+A request queued inside the engine thus counts twice: a replica that has started to queue
+looks heavier than one that is merely busy, and traffic that bypasses the gateways
+(batch jobs, other routers) still shows.
+
+``InflightTracker`` (sync) and ``AsyncInflightTracker`` (redis.asyncio, for the Starlette
+gateway) share the command builders below; each read is one pipeline round trip.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Hashable, Iterable, Mapping
+
+from app.redis_client import Keys
+
+DEFAULT_TTL_S = 30
+
+
+def _keys(ns: Keys | str) -> Keys:
+    return ns if isinstance(ns, Keys) else Keys(ns)
+
+
+def gateway_process_id() -> str:
+    """Unique per process start: host, pid and a random suffix (pids get reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _write_cmds(k: Keys, gid: str, replica_id: Hashable, count: int, now: float,
+                ttl_s: int) -> list[tuple[str, tuple]]:
+    inflight = k.k("replica", replica_id, "inflight")
+    seen = k.k("replica", replica_id, "inflight_seen")
+    if count <= 0:
+        return [("hdel", (inflight, gid)), ("hdel", (seen, gid))]
+    return [("hset", (inflight, gid, count)), ("hset", (seen, gid, f"{now:.3f}")),
+            ("expire", (inflight, 2 * ttl_s)), ("expire", (seen, 2 * ttl_s))]
+
+
+def _read_cmds(k: Keys, replica_ids: Iterable[Hashable]) -> list[tuple[str, tuple]]:
+    cmds = []
+    for rid in replica_ids:
+        cmds += [("hgetall", (k.k("replica", rid, "inflight"),)),
+                 ("hgetall", (k.k("replica", rid, "inflight_seen"),)),
+                 ("hget", (k.k("replica", rid, "stats"), "num_requests_waiting"))]
+    return cmds
+
+
+def _num(raw: Any) -> float:
+    try:
+        return float(raw.decode() if isinstance(raw, bytes) else raw)
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
+
+
+def _sum_loads(replica_ids: list[Hashable], results: list, now: float,
+               ttl_s: int) -> dict[Hashable, float]:
+    loads = {}
+    for i, rid in enumerate(replica_ids):
+        counts, seen, waiting = results[3 * i: 3 * i + 3]
+        live = sum(_num(v) for f, v in (counts or {}).items()
+                   if now - _num((seen or {}).get(f)) <= ttl_s)
+        loads[rid] = max(0.0, live) + max(0.0, _num(waiting))
+    return loads
+
+
+def _queue(pipe, cmds: list[tuple[str, tuple]]) -> None:
+    for name, args in cmds:
+        getattr(pipe, name)(*args)
+
+
+def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
+               ttl_s: int = DEFAULT_TTL_S, now: float | None = None) -> dict[Hashable, float]:
+    """``{replica_id: load}`` for ``pick_replica``, in one round trip."""
+    ids = list(replica_ids)
+    if not ids:
+        return {}
+    pipe = redis.pipeline(transaction=False)
+    _queue(pipe, _read_cmds(_keys(ns), ids))
+    return _sum_loads(ids, pipe.execute(), time.time() if now is None else now, ttl_s)
+
+
+async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
+                           ttl_s: int = DEFAULT_TTL_S,
+                           now: float | None = None) -> dict[Hashable, float]:
+    """``read_loads`` on a ``redis.asyncio`` client."""
+    ids = list(replica_ids)
+    if not ids:
+        return {}
+    pipe = redis.pipeline(transaction=False)
+    _queue(pipe, _read_cmds(_keys(ns), ids))
+    results = await pipe.execute()
+    return _sum_loads(ids, results, time.time() if now is None else now, ttl_s)
+
+
+class _TrackerBase:
+    def __init__(self, redis, ns: Keys | str, *, gateway_id: str | None = None,
+                 ttl_s: int = DEFAULT_TTL_S) -> None:
+        self.redis = redis
+        self.k = _keys(ns)
+        self.gateway_id = gateway_id or gateway_process_id()
+        self.ttl_s = ttl_s
+        self.local: Counter = Counter()
+
+    def _bump(self, replica_id: Hashable, delta: int) -> list[tuple[str, tuple]]:
+        self.local[replica_id] = max(0, self.local[replica_id] + delta)
+        count = self.local[replica_id]
+        if count == 0:
+            del self.local[replica_id]
+        return _write_cmds(self.k, self.gateway_id, replica_id, count, time.time(), self.ttl_s)
+
+    def _refresh_cmds(self) -> list[tuple[str, tuple]]:
+        now = time.time()
+        cmds = []
+        for rid, count in list(self.local.items()):
+            cmds += _write_cmds(self.k, self.gateway_id, rid, count, now, self.ttl_s)
+        return cmds
+
+
+class InflightTracker(_TrackerBase):
+    """This gateway process's in-flight counts. Call ``refresh()`` every ``ttl_s / 3``
+    seconds while requests are in flight, or the load expires for readers."""
+
+    def _run(self, cmds: list[tuple[str, tuple]]) -> None:
+        if cmds:
+            pipe = self.redis.pipeline(transaction=False)
+            _queue(pipe, cmds)
+            pipe.execute()
+
+    def acquire(self, replica_id: Hashable) -> None:
+        self._run(self._bump(replica_id, +1))
+
+    def release(self, replica_id: Hashable) -> None:
+        self._run(self._bump(replica_id, -1))
+
+    def refresh(self) -> None:
+        self._run(self._refresh_cmds())
+
+    @contextmanager
+    def track(self, replica_id: Hashable):
+        self.acquire(replica_id)
+        try:
+            yield
+        finally:
+            self.release(replica_id)
+
+
+class AsyncInflightTracker(_TrackerBase):
+    """``InflightTracker`` on ``redis.asyncio``, for the Starlette gateway."""
+
+    async def _run(self, cmds: list[tuple[str, tuple]]) -> None:
+        if cmds:
+            pipe = self.redis.pipeline(transaction=False)
+            _queue(pipe, cmds)
+            await pipe.execute()
+
+    async def acquire(self, replica_id: Hashable) -> None:
+        await self._run(self._bump(replica_id, +1))
+
+    async def release(self, replica_id: Hashable) -> None:
+        await self._run(self._bump(replica_id, -1))
+
+    async def refresh(self) -> None:
+        await self._run(self._refresh_cmds())
+
+    @asynccontextmanager
+    async def track(self, replica_id: Hashable):
+        await self.acquire(replica_id)
+        try:
+            yield
+        finally:
+            await self.release(replica_id)
+
+
+def cache_salt(tenant_id: int | str, secret: str | bytes) -> str:
+    """The tenant's engine ``cache_salt``: HMAC-SHA256 of the tenant id under ``secret``,
+    so it is stable across gateways and restarts but not guessable from the tenant id."""
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, f"sluice-cache-salt:{tenant_id}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def cache_salt_for(policy: Mapping[str, Any], tenant_id: int | str,
+                   secret: str | bytes) -> str | None:
+    """``cache_salt`` when the tenant's effective policy asks for isolation, else None."""
+    return cache_salt(tenant_id, secret) if policy.get("cache_salt") else None
