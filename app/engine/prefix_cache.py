@@ -1,0 +1,97 @@
+"""Block-granular prefix cache of attention KV, bounded by a token budget (LRU).
+
+A prompt's tokens are cut into blocks of ``block_size``; block j is named by a hash
+chain over the namespace (model or adapter, cache salt) and tokens[0 : (j+1)*B], as
+vLLM's automatic prefix caching does. An entry holds the per-layer KV of one prompt's
+block-aligned prefix; any later prompt that shares the first j blocks reuses the first
+j*B positions of that entry.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+KV = list[tuple[Any, Any]]  # per layer (keys, values), shape [1, heads, seq, head_dim]
+
+
+def block_hashes(namespace: str, tokens: Sequence[int], block_size: int) -> list[bytes]:
+    out: list[bytes] = []
+    prev = hashlib.sha256(namespace.encode()).digest()
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        h = hashlib.sha256(prev)
+        h.update(",".join(map(str, tokens[start:start + block_size])).encode())
+        prev = h.digest()
+        out.append(prev)
+    return out
+
+
+@dataclass
+class _Entry:
+    tokens: int
+    kv: KV
+    hashes: list[bytes] = field(default_factory=list)
+
+
+class PrefixCache:
+    def __init__(self, max_tokens: int, block_size: int = 16) -> None:
+        self.max_tokens = max(0, int(max_tokens))
+        self.block_size = block_size
+        self._entries: OrderedDict[int, _Entry] = OrderedDict()
+        self._by_hash: dict[bytes, int] = {}
+        self._next_id = 0
+        self.tokens = 0
+
+    @property
+    def usage(self) -> float:
+        return self.tokens / self.max_tokens if self.max_tokens else 0.0
+
+    def lookup(self, namespace: str, tokens: Sequence[int]) -> tuple[int, KV | None]:
+        """Longest cached block-aligned prefix, leaving at least one token to compute
+        (the model needs the last prompt position's logits). Returns (length, kv)."""
+        usable = (len(tokens) - 1) // self.block_size
+        hashes = block_hashes(namespace, tokens[:usable * self.block_size], self.block_size)
+        for j in range(len(hashes), 0, -1):
+            entry_id = self._by_hash.get(hashes[j - 1])
+            if entry_id is None:
+                continue
+            entry = self._entries[entry_id]
+            self._entries.move_to_end(entry_id)
+            n = j * self.block_size
+            return n, [(k[:, :, :n], v[:, :, :n]) for k, v in entry.kv]
+        return 0, None
+
+    def insert(self, namespace: str, tokens: Sequence[int], kv: KV) -> int:
+        """Keep the block-aligned prefix of ``tokens`` whose KV is ``kv``; returns the
+        number of tokens now held for it (0 when it does not fit the budget)."""
+        n = (len(tokens) // self.block_size) * self.block_size
+        if n == 0 or n > self.max_tokens:
+            return 0
+        hashes = block_hashes(namespace, tokens[:n], self.block_size)
+        known = self._by_hash.get(hashes[-1])
+        if known is not None:
+            self._entries.move_to_end(known)
+            return n
+        while self.tokens + n > self.max_tokens and self._entries:
+            self._evict_oldest()
+        entry_id = self._next_id
+        self._next_id += 1
+        self._entries[entry_id] = _Entry(n, [(k[:, :, :n], v[:, :, :n]) for k, v in kv], hashes)
+        for h in hashes:
+            self._by_hash[h] = entry_id
+        self.tokens += n
+        return n
+
+    def clear(self) -> None:
+        """Forget everything (an adapter unload makes its KV stale; unloads are rare)."""
+        self._entries.clear()
+        self._by_hash.clear()
+        self.tokens = 0
+
+    def _evict_oldest(self) -> None:
+        entry_id, entry = self._entries.popitem(last=False)
+        for h in entry.hashes:
+            if self._by_hash.get(h) == entry_id:
+                del self._by_hash[h]
+        self.tokens -= entry.tokens
