@@ -1,7 +1,12 @@
 import pytest
 
-from tests.console.web import login
+from tests.console.web import browser, login
 from tests.factories import TenantFactory, UserFactory
+
+
+@pytest.fixture()
+def client(app):
+    return browser(app)
 
 
 @pytest.fixture()

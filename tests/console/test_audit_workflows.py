@@ -1,0 +1,46 @@
+"""Audit log page and workflows."""
+from app.audit.models import AuditLog
+from app.extensions import db
+from app.workflows.models import Workflow
+from app.workflows.service import ensure_workflow
+from tests.console.web import submit
+from tests.factories import TenantFactory
+
+
+def test_audit_log_filters_by_action(client, admin):
+    submit(client, "/tenants/new", {"name": "alpha", "status": "active"})
+    tenant = db.session.scalar(db.select(AuditLog)).tenant_id
+    submit(client, f"/tenants/{tenant}/keys", {"name": "bot"})
+    html = client.get("/audit").get_data(as_text=True)
+    assert "tenant.create" in html and "key.create" in html
+    html = client.get("/audit?action=key.create").get_data(as_text=True)
+    assert "<code>key.create</code>" in html and "<code>tenant.create</code>" not in html
+
+
+def test_workflow_rename_and_cohort_with_audit(client, admin):
+    tenant = TenantFactory(name="alpha")
+    wf = ensure_workflow(tenant.id, "a" * 64)
+    assert "(unnamed)" in client.get("/workflows").get_data(as_text=True)
+    resp = submit(client, f"/workflows/{wf.id}/edit", {"name": "invoice extraction",
+                                                       "category": "structured_extraction"})
+    assert resp.status_code == 302
+    db.session.expire_all()
+    wf = db.session.get(Workflow, wf.id)
+    assert (wf.name, wf.category) == ("invoice extraction", "structured_extraction")
+    row = db.session.scalar(db.select(AuditLog).where(AuditLog.action == "workflow.update"))
+    assert row.before["category"] == "uncategorized"
+    resp = submit(client, f"/workflows/{wf.id}/edit", {"name": "x", "category": "poetry"})
+    assert resp.status_code == 422 and "must be one of" in resp.get_data(as_text=True)
+    db.session.expire_all()
+    assert db.session.get(Workflow, wf.id).category == "structured_extraction"
+
+
+def test_scoped_user_sees_only_own_workflows(client, as_role):
+    alpha, bravo = TenantFactory(name="alpha"), TenantFactory(name="bravo")
+    mine = ensure_workflow(alpha.id, "m" * 64, "mine")
+    theirs = ensure_workflow(bravo.id, "t" * 64, "theirs")
+    as_role("ops", tenant=alpha)
+    html = client.get("/workflows").get_data(as_text=True)
+    assert "mine" in html and "theirs" not in html
+    assert client.get(f"/workflows/{theirs.id}/edit").status_code == 404
+    assert client.get(f"/workflows/{mine.id}/edit").status_code == 200
