@@ -1,6 +1,49 @@
-"""CLI commands of this area."""
+"""CLI commands of this area: ``flask --app wsgi minify report --cases FILE [--json]``."""
+from __future__ import annotations
+
+import json
+
+import click
+from flask.cli import AppGroup
+
+from app.minify.tokens import TOKENIZERS
+
+minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
+
+
+@minify_cli.command("report")
+@click.option("--cases", "cases_file", required=True, type=click.File("r", encoding="utf-8"),
+              help='JSON lines: {"schema": <JSON schema>, "output": <object valid under it>}')
+@click.option("--json", "as_json", is_flag=True, help="Print the totals as one JSON object.")
+@click.option("--tokenizer", default="cl100k_base", show_default=True,
+              type=click.Choice(TOKENIZERS))
+def report(cases_file, as_json: bool, tokenizer: str) -> None:
+    """Output tokens with original vs minified keys (compact JSON), and whether
+    expand(minify(output)) round-trips exactly."""
+    from app.minify.report import read_cases, report_case, summarise
+
+    try:
+        cases = read_cases(cases_file)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cases") from exc
+    reports = [report_case(n, case, tokenizer) for n, case in cases]
+    totals = summarise(reports)
+    if as_json:
+        click.echo(json.dumps(totals))
+        return
+    click.echo(f"tokenizer {tokenizer}; outputs counted as compact JSON")
+    for r in reports:
+        click.echo(f"line {r.line:>3} {r.name[:40]:<40} {r.tokens_before:>5} -> "
+                   f"{r.tokens_after:>5} tokens ({r.reduction:6.1%})  keys renamed "
+                   f"{r.renamed_keys:>3}  roundtrip {'ok' if r.roundtrip_ok else 'FAIL'}"
+                   f"{'' if r.valid_minified else '  minified output INVALID'}")
+    click.echo(f"total {totals['cases']} cases: {totals['tokens_before']} -> "
+               f"{totals['tokens_after']} tokens ({totals['reduction']:.1%} fewer); "
+               f"roundtrip {'ok' if totals['roundtrip_ok'] else 'FAIL'}")
+    if not totals["roundtrip_ok"]:
+        raise SystemExit(1)
 
 
 def groups() -> list:
     """Click groups this area adds to ``flask --app wsgi``."""
-    return []
+    return [minify_cli]

@@ -1,0 +1,305 @@
+"""JSON Schema key minification (S02): rename property keys to one-token aliases.
+
+Aliases are assigned per *instance location*, not per schema object: every schema that can
+apply at the same place of a JSON document (``anyOf``/``oneOf``/``allOf`` branches, ``$ref``
+targets, ``if``/``then``/``else``) is unified into one class, and a class's keys share one
+alias namespace. That makes the reverse map of each location a function, so the expander
+(which cannot know which ``anyOf`` branch the model is writing) can walk the document by
+structure. Two different locations may reuse the same aliases; nothing is global.
+
+``patternProperties`` keys are never renamed (the model invents them); aliases are chosen
+so they never match a pattern of their location. Their value schemas are still walked.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import string
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Protocol
+
+from app.core.minify_structure import Analysis
+
+try:  # orjson is a dependency; json is the fallback for exotic values (big ints)
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
+
+
+class TokenCounter(Protocol):
+    name: str
+
+    def count(self, text: str) -> int: ...
+
+
+# Single letters are one token in cl100k_base, o200k_base and SmolLM2 (measured; see
+# tests/minify/test_tokens.py); digits split off in all three, so "_c1"/"b1" cost 2-3.
+DEFAULT_CANDIDATES: tuple[str, ...] = tuple(string.ascii_lowercase + string.ascii_uppercase)
+
+
+
+class Node:
+    """What the expander knows about one instance location.
+
+    ``emit`` maps a key as the model writes it (alias, or an original key kept verbatim) to
+    ``(original_key, original_key_json, child_node)``; ``fwd`` maps original -> alias.
+    """
+
+    __slots__ = ("emit", "fwd", "items", "extra", "patterns", "path")
+
+    def __init__(self, path: str) -> None:
+        self.emit: dict[str, tuple[str, str, Node | None]] = {}
+        self.fwd: dict[str, tuple[str, Node | None]] = {}
+        self.items: Node | None = None
+        self.extra: Node | None = None
+        self.patterns: tuple[tuple[re.Pattern, Node | None], ...] = ()
+        self.path = path
+
+    def unknown_child(self, key: str) -> tuple[Node | None, bool]:
+        """Child for a key this location does not declare, and whether the schema allows
+        it explicitly (pattern match or an ``additionalProperties`` schema)."""
+        for pattern, child in self.patterns:
+            if pattern.search(key):
+                return child, True
+        if self.extra is not None:
+            return self.extra, True
+        return None, False
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    root: Node
+    tokenizer: str
+    schema_hash: str
+    renames: tuple[tuple[str, str, str], ...]  # (location path, original, alias)
+    fallback: dict[str, tuple[str, str]] = field(repr=False)  # alias -> (original, json)
+    ambiguous: frozenset[str] = frozenset()  # aliases that mean different keys somewhere
+    word_map: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def renamed(self) -> int:
+        return len(self.renames)
+
+    def alias_of(self, path: str, original: str) -> str | None:
+        for p, o, a in self.renames:
+            if p == path and o == original:
+                return a
+        return None
+
+# --------------------------------------------------------------------------- aliases
+
+class _Candidates:
+    """Lazily extended, deterministic list of one-token aliases for a tokenizer."""
+
+    def __init__(self, counter: TokenCounter | None) -> None:
+        self.counter = counter
+        self.items: list[str] = list(DEFAULT_CANDIDATES)
+        if counter is not None:
+            self.items = [c for c in self.items if counter.count(c) == 1]
+        self._more = self._extra()
+
+    def _extra(self) -> Iterator[str]:
+        low = string.ascii_lowercase
+        for length in (2, 3):
+            for tup in itertools.product(low, repeat=length):
+                cand = "".join(tup)
+                if self.counter is None or self.counter.count(cand) == 1:
+                    yield cand
+
+    def get(self, i: int) -> str | None:
+        while i >= len(self.items):
+            nxt = next(self._more, None)
+            if nxt is None:
+                return None
+            self.items.append(nxt)
+        return self.items[i]
+
+
+_CANDIDATES: dict[str, _Candidates] = {}
+
+
+def _candidates_for(counter: TokenCounter | None) -> _Candidates:
+    name = counter.name if counter is not None else ""
+    if name not in _CANDIDATES:
+        _CANDIDATES[name] = _Candidates(counter)
+    return _CANDIDATES[name]
+
+
+def _keep(key: str, counter: TokenCounter | None) -> bool:
+    if counter is None:
+        return len(key) <= 2
+    return counter.count(key) <= 1
+
+
+def _compile(pattern: str) -> re.Pattern | None:
+    try:
+        return re.compile(pattern)
+    except re.error:
+        return None
+
+
+def _assign(keys: list[str], patterns: list[re.Pattern], counter: TokenCounter | None
+            ) -> dict[str, str]:
+    cands = _candidates_for(counter)
+    taken = set(keys)
+    out: dict[str, str] = {}
+    i = 0
+    for k in keys:
+        if _keep(k, counter):
+            out[k] = k
+            continue
+        alias = None
+        while True:
+            cand = cands.get(i)
+            if cand is None:
+                break
+            i += 1
+            if cand in taken or any(p.search(cand) for p in patterns):
+                continue
+            alias = cand
+            break
+        out[k] = alias if alias is not None else k
+        taken.add(out[k])
+    return out
+
+
+def _json_key(key: str) -> str:
+    text = json.dumps(key, ensure_ascii=False)[1:-1]
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogate: keep it escaped
+        return json.dumps(key)[1:-1]
+    return text
+
+
+# --------------------------------------------------------------------------- public API
+
+@dataclass(frozen=True)
+class MinifyOptions:
+    describe: str = "prefix"  # "prefix": description = "original_key: <description>"; "keep"
+    keep_short: bool = True  # keys already one token stay verbatim
+
+    def tag(self) -> str:
+        return f"{self.describe}:{int(self.keep_short)}"
+
+
+def schema_hash(schema: Any) -> str:
+    """sha256 of the schema as serialised (key order included: it fixes alias order)."""
+    return hashlib.sha256(_dumps(schema)).hexdigest()
+
+
+def _dumps(obj: Any) -> bytes:
+    if orjson is not None:
+        try:
+            return orjson.dumps(obj)
+        except TypeError:
+            pass
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8",
+                                                                           "surrogatepass")
+
+
+def _copy(obj: Any) -> Any:
+    if orjson is not None:
+        try:
+            return orjson.loads(orjson.dumps(obj))
+        except (TypeError, orjson.JSONDecodeError):
+            pass
+    return json.loads(json.dumps(obj))
+
+
+_CACHE_SIZE = 512
+_cache: OrderedDict[tuple, tuple[Any, KeyMap]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def minify_schema(schema: Any, *, tokenizer: TokenCounter | None = None,
+                  options: MinifyOptions = MinifyOptions()) -> tuple[Any, KeyMap]:
+    """Return ``(minified_schema, keymap)``; the schema returned is a fresh copy the
+    caller may mutate. Cached (LRU) by schema hash, tokenizer name and options."""
+    digest = schema_hash(schema)
+    key = (digest, tokenizer.name if tokenizer is not None else "", options.tag())
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return _copy(hit[0]), hit[1]
+    minified, keymap = _build(schema, tokenizer, options, digest)
+    with _cache_lock:
+        _cache[key] = (minified, keymap)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    return _copy(minified), keymap
+
+
+def clear_cache() -> None:
+    with _cache_lock:
+        _cache.clear()
+
+
+def _build(schema: Any, counter: TokenCounter | None, options: MinifyOptions,
+           digest: str) -> tuple[Any, KeyMap]:
+    an = Analysis(schema)
+    cls = an.classes
+    keys = an.class_keys()
+    pats = an.class_patterns()
+    aliases: dict[int, dict[str, str]] = {}
+    compiled: dict[int, list[tuple[str, re.Pattern]]] = {}
+    for c in set(keys) | set(pats):
+        compiled[c] = [(p, r) for p in pats.get(c, ()) if (r := _compile(p)) is not None]
+        aliases[c] = _assign(keys.get(c, []), [r for _, r in compiled[c]], counter)
+
+    nodes: dict[int, Node] = {}
+    class_path: dict[int, str] = {}
+    for s in an.order:
+        class_path.setdefault(cls.find(an.var[id(s)]), an.path[id(s)])
+
+    def node_of(c: int) -> Node:
+        c = cls.find(c)
+        if c not in nodes:
+            nodes[c] = Node(class_path.get(c, "$"))
+        return nodes[c]
+
+    renames: list[tuple[str, str, str]] = []
+    seen_alias: dict[str, tuple[str, str]] = {}
+    ambiguous: set[str] = set()
+    for c in sorted({cls.find(v) for v in an.var.values()}):
+        node = node_of(c)
+        labels = cls.labels[c]
+        for k, a in aliases.get(c, {}).items():
+            child_c = labels.get(("p", k))
+            child = node_of(child_c) if child_c is not None else None
+            node.emit[a] = (k, _json_key(k), child)
+            node.fwd[k] = (a, child)
+            if a != k:
+                renames.append((node.path, k, a))
+                prev = seen_alias.setdefault(a, (k, _json_key(k)))
+                if prev[0] != k:
+                    ambiguous.add(a)
+        if "i" in labels:
+            node.items = node_of(labels["i"])
+        if "x" in labels:
+            node.extra = node_of(labels["x"])
+        node.patterns = tuple((r, node_of(labels[("pp", p)]) if ("pp", p) in labels else None)
+                              for p, r in compiled.get(c, ()))
+
+    root = node_of(an.var[id(schema)]) if isinstance(schema, dict) else Node("$")
+    word_map = _word_map(renames)
+    keymap = KeyMap(root=root, tokenizer=counter.name if counter is not None else "",
+                    schema_hash=digest, renames=tuple(renames), fallback=seen_alias,
+                    ambiguous=frozenset(ambiguous), word_map=word_map)
+    class_nodes = {c: n for c, n in nodes.items()}
+    from app.core.minify_rewrite import SchemaRewriter
+    rewriter = SchemaRewriter(schema, an, aliases, class_nodes, options)
+    return rewriter.rewrite(schema), keymap
+
+
+def _word_map(renames: list[tuple[str, str, str]]) -> dict[str, str]:
+    """original -> alias for originals that got the same alias everywhere."""
+    seen: dict[str, set[str]] = {}
+    for _, orig, alias in renames:
+        seen.setdefault(orig, set()).add(alias)
+    return {o: next(iter(a)) for o, a in seen.items() if len(a) == 1}
