@@ -1,0 +1,81 @@
+"""Fitting the per-tier classifiers with scikit-learn and exporting them as plain JSON params.
+
+Per tier: standardise, logistic regression (class-balanced, so rare failures still shape
+the boundary), out-of-fold decision scores from stratified k-fold, a calibration map
+(isotonic by default, Platt optional) fitted on those out-of-fold scores, and a final
+model on all rows. Standardisation is folded into the exported coefficients, so request
+time is one dot product and one interpolation per tier (app.core.router_model).
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+from sklearn.isotonic import IsotonicRegression
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold
+
+from app.core.router_model import PARAMS_FORMAT
+
+
+def _lr(C: float) -> LogisticRegression:
+    return LogisticRegression(C=C, class_weight="balanced", max_iter=2000)
+
+
+def _constant_tier(rank: int, dim: int, rate: float) -> dict:
+    rate = min(max(rate, 1e-4), 1 - 1e-4)
+    return {"rank": rank, "coef": [0.0] * dim, "intercept": math.log(rate / (1 - rate)),
+            "calibration": {"kind": "none"}, "n": 0}
+
+
+def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "isotonic",
+             folds: int = 5, C: float = 0.5, seed: int = 0) -> dict:
+    """One tier's exported params (coef, intercept, calibration map over the raw score)."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=int)
+    n_min = int(min(y.sum(), len(y) - y.sum()))
+    if n_min < 2:
+        return {**_constant_tier(rank, X.shape[1], float(y.mean()) if len(y) else 0.5),
+                "n": int(len(y))}
+    mean = X.mean(axis=0)
+    scale = X.std(axis=0)
+    scale[scale < 1e-6] = 1.0
+    Xs = (X - mean) / scale
+    oof = np.zeros(len(y))
+    skf = StratifiedKFold(n_splits=max(2, min(folds, n_min)), shuffle=True, random_state=seed)
+    for fit_idx, cal_idx in skf.split(Xs, y):
+        oof[cal_idx] = _lr(C).fit(Xs[fit_idx], y[fit_idx]).decision_function(Xs[cal_idx])
+    final = _lr(C).fit(Xs, y)
+    w = final.coef_[0] / scale
+    b = float(final.intercept_[0] - np.dot(final.coef_[0], mean / scale))
+    if calibration == "isotonic":
+        iso = IsotonicRegression(out_of_bounds="clip", y_min=0.0, y_max=1.0).fit(oof, y)
+        cal = {"kind": "isotonic", "x": [float(v) for v in iso.X_thresholds_],
+               "y": [float(v) for v in iso.y_thresholds_]}
+    elif calibration == "platt":
+        platt = LogisticRegression(C=1e6, max_iter=1000).fit(oof.reshape(-1, 1), y)
+        cal = {"kind": "platt", "a": float(platt.coef_[0, 0]), "b": float(platt.intercept_[0])}
+    elif calibration == "none":
+        cal = {"kind": "none"}
+    else:
+        raise ValueError(f"unknown calibration {calibration!r}")
+    return {"rank": rank, "coef": [float(v) for v in w], "intercept": b, "calibration": cal,
+            "n": int(len(y)), "positives": int(y.sum())}
+
+
+def fit_router(per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]], *, fallback_rank: int = 3,
+               calibration: str = "isotonic", seed: int = 0) -> dict:
+    """Params for every cheaper tier: ``per_tier`` maps rank -> (X, y) of its labelled rows."""
+    tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed)
+             for rank, (X, y) in sorted(per_tier.items())]
+    dims = {len(t["coef"]) for t in tiers}
+    if len(dims) != 1:
+        raise ValueError("every tier needs the same feature dimension")
+    return {"format": PARAMS_FORMAT, "feature_dim": dims.pop(), "fallback_rank": fallback_rank,
+            "tiers": tiers}
+
+
+def uncalibrated(params: Mapping) -> dict:
+    """The same params with calibration removed (the 'before calibration' reference)."""
+    return {**params, "tiers": [{**t, "calibration": {"kind": "none"}} for t in params["tiers"]]}
