@@ -1,0 +1,93 @@
+"""Hypothesis strategies: random JSON schemas (objects, arrays of objects, $defs/$ref,
+anyOf) together with a way to draw valid instances of them."""
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+ALIAS_LIKE = ["a", "b", "c", "A", "aa", "id", "_c1"]
+KEY_ALPHABET = st.characters(blacklist_categories=("Cs",), min_codepoint=1)
+keys = st.one_of(
+    st.sampled_from(ALIAS_LIKE + ["name", "customer_full_name", "extracted_invoice_total",
+                                  "line_items", "key with space", 'quo"te', "back\\slash",
+                                  "unicodé_clé", "emoji_😀_key", "tab\tkey", "\u2028sep"]),
+    st.text(KEY_ALPHABET, min_size=1, max_size=12),
+)
+string_values = st.one_of(
+    st.sampled_from(ALIAS_LIKE + ['{"a":1}', '"a":', "\\", '"', "😀", "\u0000", "a\\u0062"]),
+    st.text(KEY_ALPHABET, max_size=20),
+)
+SCALARS = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},
+           {"type": "number"}]
+
+
+@st.composite
+def object_schema(draw, depth: int, defs: list[str]):
+    names = draw(st.lists(keys, min_size=1, max_size=6, unique=True))
+    props = {k: draw(value_schema(depth - 1, defs)) for k in names}
+    required = [k for k in names if draw(st.booleans())]
+    schema = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        schema["required"] = required
+    if draw(st.booleans()):
+        schema["description"] = draw(st.text(max_size=10))
+    return schema
+
+
+@st.composite
+def value_schema(draw, depth: int, defs: list[str]):
+    options = ["scalar"]
+    if depth > 0:
+        options += ["object", "array", "anyof"]
+    if defs:
+        options.append("ref")
+    kind = draw(st.sampled_from(options))
+    if kind == "scalar":
+        return dict(draw(st.sampled_from(SCALARS)))
+    if kind == "object":
+        return draw(object_schema(depth, defs))
+    if kind == "array":
+        return {"type": "array", "items": draw(value_schema(depth - 1, defs)), "maxItems": 3}
+    if kind == "ref":
+        return {"$ref": f"#/$defs/{draw(st.sampled_from(defs))}"}
+    return {"anyOf": [draw(object_schema(depth - 1, defs)), draw(object_schema(depth - 1, defs))]}
+
+
+@st.composite
+def schemas(draw):
+    n_defs = draw(st.integers(0, 2))
+    defs = {f"d{i}": draw(object_schema(1, [])) for i in range(n_defs)}
+    root = draw(object_schema(3, list(defs)))
+    if defs:
+        root["$defs"] = defs
+    return root
+
+
+def _resolve(root: dict, schema: dict) -> dict:
+    while "$ref" in schema:
+        schema = root["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    return schema
+
+
+@st.composite
+def instance(draw, root: dict, schema: dict | None = None):
+    schema = _resolve(root, root if schema is None else schema)
+    if "anyOf" in schema:
+        return draw(instance(root, draw(st.sampled_from(schema["anyOf"]))))
+    kind = schema["type"]
+    if kind == "object":
+        out = {}
+        required = set(schema.get("required", []))
+        for k, sub in schema["properties"].items():
+            if k in required or draw(st.booleans()):
+                out[k] = draw(instance(root, sub))
+        return out
+    if kind == "array":
+        return draw(st.lists(instance(root, schema["items"]), max_size=3))
+    return draw({"string": string_values, "integer": st.integers(-10**6, 10**6),
+                 "boolean": st.booleans(), "null": st.none(),
+                 "number": st.floats(allow_nan=False, allow_infinity=False, width=32)}[kind])
+
+
+def chunked(text: str, cuts: list[int]) -> list[str]:
+    points = sorted({c % (len(text) + 1) for c in cuts} | {0, len(text)})
+    return [text[a:b] for a, b in zip(points, points[1:])]

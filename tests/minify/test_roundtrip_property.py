@@ -1,0 +1,75 @@
+"""Random schemas and valid objects round-trip exactly through minify -> expand, whole and
+streamed at random chunk boundaries (one character at a time included)."""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core.minify import (StreamExpander, expand_json, minify_json, minify_schema,
+                             validate_minified)
+from tests.minify.strategies import chunked, instance, schemas
+
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _stream(keymap, pieces: list[str]) -> tuple[str, list[str]]:
+    ex = StreamExpander(keymap)
+    out = "".join(ex.feed(p) for p in pieces) + ex.close()
+    return out, ex.problems
+
+
+def _serialise(obj, style: int) -> str:
+    if style == 0:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    if style == 1:
+        return json.dumps(obj)  # \uXXXX escapes, surrogate pairs for astral characters
+    return json.dumps(obj, indent=2, ensure_ascii=False)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_random_schema_roundtrips_whole_and_streamed(data):
+    schema = data.draw(schemas())
+    obj = data.draw(instance(schema))
+    jsonschema.validate(obj, schema)
+    minified, keymap = minify_schema(schema)
+    small = minify_json(obj, keymap)
+    assert validate_minified(small, minified) == []
+    assert expand_json(small, keymap) == obj
+
+    text = _serialise(small, data.draw(st.integers(0, 2)))
+    assert json.loads(expand_json(text, keymap)) == obj
+    cuts = data.draw(st.lists(st.integers(0, 10_000), max_size=30))
+    out, problems = _stream(keymap, chunked(text, cuts))
+    assert problems == []
+    assert json.loads(out) == obj
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_one_character_at_a_time(data):
+    schema = data.draw(schemas())
+    obj = data.draw(instance(schema))
+    _, keymap = minify_schema(schema)
+    text = _serialise(minify_json(obj, keymap), data.draw(st.integers(0, 2)))
+    out, problems = _stream(keymap, list(text))
+    assert problems == []
+    assert json.loads(out) == obj
+    # Streaming changes nothing but keys: the same text as the whole-response expansion.
+    assert out == expand_json(text, keymap)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_minify_is_deterministic_per_schema(data):
+    from app.core.minify import clear_cache
+    schema = data.draw(schemas())
+    first = minify_schema(schema)
+    clear_cache()
+    again = minify_schema(json.loads(json.dumps(schema)))
+    assert first[0] == again[0]
+    assert first[1].renames == again[1].renames
