@@ -5,6 +5,8 @@ modules imported at the bottom.
 """
 from __future__ import annotations
 
+from decimal import Decimal
+
 from flask import Blueprint, render_template
 from flask_login import current_user, login_required
 
@@ -12,6 +14,14 @@ from app.catalog import service as catalog
 from app.tenants.service import visible_tenants
 
 bp = Blueprint("console", __name__)
+
+
+@bp.app_template_filter("usd")
+def usd(value) -> str:
+    """$ with at least 2 and at most 6 decimals, no trailing zeros past the cents."""
+    text = f"{Decimal(str(value)):.6f}".rstrip("0")
+    whole, _, frac = text.partition(".")
+    return f"${whole}.{frac.ljust(2, '0')}"
 
 
 @bp.route("/")

@@ -160,10 +160,12 @@ def test_invalid_input_gets_field_errors_and_changes_nothing(api_as):
     assert resp.json["error"]["code"] == "validation_error"
     assert set(resp.json["error"]["fields"]) == {"name", "status"}
     resp = api.post("/tenants", json={"name": "taken"})
-    assert resp.status_code == 409 and resp.json["error"]["fields"] == {"name": ["is already taken"]}
+    assert resp.status_code == 409
+    assert resp.json["error"]["fields"] == {"name": ["is already taken"]}
     resp = api.client.post("/api/v1/tenants", data="not json", headers={
         **api.headers, "Content-Type": "application/json"})
-    assert resp.status_code == 400 and resp.json["error"]["fields"] == {"body": ["not a JSON object"]}
+    assert resp.status_code == 400
+    assert resp.json["error"]["fields"] == {"body": ["not a JSON object"]}
     resp = api.post("/tiers", json={"name": "Bad Name", "rank": 0, "model": "",
                                     "price_input_per_m": "-1", "upstream_kind": "moon"})
     assert resp.status_code == 422

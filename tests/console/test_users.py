@@ -39,8 +39,8 @@ def test_weak_password_and_bad_email_are_refused(client, admin):
 
 def test_role_change_deactivate_and_password_reset(client, admin, app):
     user = UserFactory(role="viewer")
-    resp = submit(client, f"/users/{user.id}/edit", {"email": user.email, "role": "finops",
-                                                     "tenant_id": "", "password": "Brand-New-Pass-1"})
+    resp = submit(client, f"/users/{user.id}/edit", {
+        "email": user.email, "role": "finops", "tenant_id": "", "password": "Brand-New-Pass-1"})
     assert resp.status_code == 302
     db.session.expire_all()
     user = db.session.get(User, user.id)
