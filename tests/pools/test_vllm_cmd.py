@@ -1,0 +1,121 @@
+"""Golden command lines for the seed's three serving configurations."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from workers.pools.vllm_cmd import build_command, validate_options
+
+TIER1 = {"name": "tier1-8b", "engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct",
+         "served_model_name": "llama-3.1-8b", "base_port": 8000, "gpus_per_replica": 1,
+         "options": {"quantization": "fp8", "kv_cache_dtype": "fp8",
+                     "gpu_memory_utilization": 0.92, "max_num_seqs": 256,
+                     "prefix_caching_hash_algo": "sha256",
+                     "lora": {"max_loras": 8, "max_lora_rank": 64,
+                              "modules": {"revops-extract": "/adapters/revops-v3"}}}}
+
+TIER2 = {"name": "tier2-70b", "engine": "vllm", "model": "meta-llama/Llama-3.3-70B-Instruct",
+         "served_model_name": "llama-3.3-70b", "base_port": 8100, "gpus_per_replica": 4,
+         "options": {"quantization": "fp8", "kv_cache_dtype": "fp8", "max_num_seqs": 128,
+                     "speculative": {"method": "eagle3",
+                                     "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+                                     "num_speculative_tokens": 5,
+                                     "num_speculative_tokens_per_batch_size": [
+                                         [1, 8, 5], [9, 32, 3], [33, 128, 1]]}}}
+
+
+def test_tier1_8b_fp8_multi_lora():
+    argv, env = build_command(TIER1, 1)
+    assert argv == [
+        "vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct",
+        "--served-model-name", "llama-3.1-8b", "--host", "127.0.0.1", "--port", "8001",
+        "--quantization", "fp8", "--kv-cache-dtype", "fp8",
+        "--gpu-memory-utilization", "0.92", "--max-num-seqs", "256",
+        "--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256",
+        "--enable-lora", "--max-loras", "8", "--max-lora-rank", "64",
+        "--lora-modules", "revops-extract=/adapters/revops-v3",
+        "--enable-prompt-tokens-details"]
+    assert env == {"CUDA_VISIBLE_DEVICES": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
+def test_tier2_70b_fp8_eagle3_dynamic_depth():
+    argv, env = build_command(TIER2, 0, host="0.0.0.0")
+    assert argv == [
+        "vllm", "serve", "meta-llama/Llama-3.3-70B-Instruct",
+        "--served-model-name", "llama-3.3-70b", "--host", "0.0.0.0", "--port", "8100",
+        "--tensor-parallel-size", "4", "--quantization", "fp8", "--kv-cache-dtype", "fp8",
+        "--max-num-seqs", "128", "--enable-prefix-caching",
+        "--speculative-config",
+        '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",'
+        '"num_speculative_tokens":5,'
+        '"num_speculative_tokens_per_batch_size":[[1,8,5],[9,32,3],[33,128,1]]}',
+        "--enable-prompt-tokens-details"]
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    # replica 1 takes the next four GPUs
+    assert build_command(TIER2, 1)[1]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_tier2_awq_variant_and_ngram():
+    pool = {**TIER2, "options": {"quantization": "awq_marlin", "prefix_caching": False,
+                                 "speculative": {"method": "ngram", "num_speculative_tokens": 4,
+                                                 "prompt_lookup_max": 4}}}
+    argv, _ = build_command(pool, 0)
+    assert argv[argv.index("--quantization") + 1] == "awq_marlin"
+    assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+
+
+@pytest.mark.parametrize("role,index,port,side", [("prefill", 0, "8200", "5600"),
+                                                  ("decode", 1, "8301", "5611")])
+def test_prefill_decode_split_pair(role, index, port, side):
+    pool = {"name": f"tier2-{role}", "engine": "vllm", "model": "meta-llama/Llama-3.3-70B-Instruct",
+            "served_model_name": "llama-3.3-70b", "gpus_per_replica": 2,
+            "base_port": 8200 if role == "prefill" else 8300,
+            "options": {"quantization": "fp8", "gpu_memory_utilization": 0.9,
+                        "disaggregation": {"role": role, "connector": "NixlConnector",
+                                           "side_channel_port": 5600 if role == "prefill"
+                                           else 5610},
+                        "kv_events": True}}
+    argv, env = build_command(pool, index)
+    assert argv == [
+        "vllm", "serve", "meta-llama/Llama-3.3-70B-Instruct",
+        "--served-model-name", "llama-3.3-70b", "--host", "127.0.0.1", "--port", port,
+        "--tensor-parallel-size", "2", "--quantization", "fp8",
+        "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
+        "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
+        "--kv-events-config",
+        '{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","publisher":"zmq",'
+        '"topic":"kv@llama-3.3-70b-%d"}' % (5557 + index, index),
+        "--enable-prompt-tokens-details"]
+    assert env == {"CUDA_VISIBLE_DEVICES": "0,1" if index == 0 else "2,3",
+                   "VLLM_NIXL_SIDE_CHANNEL_PORT": side,
+                   "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"}
+
+
+def test_reference_engine_pool():
+    pool = {"name": "tier1-small", "engine": "reference", "model": "smollm2",
+            "served_model_name": "smollm2-135m-instruct", "base_port": 8500,
+            "options": {"lora": {"max_loras": 2}, "threads": 1, "max_prefix_tokens": 8192}}
+    argv, env = build_command(pool, 1, python="/venv/bin/python")
+    assert argv == ["/venv/bin/python", "-m", "app.engine", "--model", "smollm2",
+                    "--served-model-name", "smollm2-135m-instruct", "--host", "127.0.0.1",
+                    "--port", "8501", "--max-prefix-tokens", "8192", "--threads", "1",
+                    "--max-loras", "2", "--enable-prompt-tokens-details"]
+    assert env == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                   "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
+def test_invalid_options_are_refused():
+    assert validate_options(TIER1["options"]) == {}
+    bad = {"quantization": "int3", "speculative": {"method": "eagle3",
+                                                   "num_speculative_tokens": 5,
+                                                   "num_speculative_tokens_per_batch_size":
+                                                       [[1, 8, 7]]},
+           "disaggregation": {"role": "both"}, "gpu_memory_utilization": 1.5}
+    errors = validate_options(bad)
+    assert set(errors) == {"quantization", "speculative", "disaggregation",
+                           "gpu_memory_utilization"}
+    with pytest.raises(ValueError):
+        build_command({"name": "x", "engine": "vllm", "model": "m", "options": bad}, 0)

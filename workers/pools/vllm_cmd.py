@@ -1,0 +1,206 @@
+"""Pool + replica index -> the engine's command line and environment (pure).
+
+``engine == "vllm"`` builds ``vllm serve`` (flag spellings checked against vLLM's
+source, see DESIGN.md); ``engine == "reference"`` builds ``python -m app.engine`` with
+the same HTTP API on CPU. ``pool`` is plain data shaped like ``Pool.to_dict()``.
+
+Pool.options (all optional)::
+
+    quantization: fp8 | awq | awq_marlin        kv_cache_dtype: fp8 | auto
+    prefix_caching: bool (vLLM default on)      prefix_caching_hash_algo: sha256 | ...
+    speculative: {method: eagle|eagle3|ngram, model, num_speculative_tokens,
+                  num_speculative_tokens_per_batch_size: [[start, end, K], ...],
+                  prompt_lookup_min, prompt_lookup_max, draft_tensor_parallel_size}
+    lora: {max_loras, max_lora_rank, modules: {name: path}}
+    disaggregation: {role: prefill | decode, connector: NixlConnector, side_channel_port}
+    kv_events: true | {endpoint, topic, publisher}
+    gpu_memory_utilization, max_num_seqs, max_model_len, tensor_parallel_size,
+    enable_prompt_tokens_details (default true), max_prefix_tokens (reference engine),
+    threads (reference engine), extra_args: [...], env: {...}
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Mapping
+
+QUANTIZATIONS = ("fp8", "awq", "awq_marlin")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
+SPEC_METHODS = ("eagle", "eagle3", "ngram")
+PD_ROLES = ("prefill", "decode")
+NIXL_SIDE_CHANNEL_BASE = 5600
+KV_EVENTS_BASE = 5557
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def validate_options(options: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Errors per option name; empty when the options make a valid command line."""
+    errors: dict[str, list[str]] = {}
+    q = options.get("quantization")
+    if q is not None and q not in QUANTIZATIONS:
+        errors["quantization"] = [f"must be one of {', '.join(QUANTIZATIONS)}"]
+    kv = options.get("kv_cache_dtype")
+    if kv is not None and kv not in KV_CACHE_DTYPES:
+        errors["kv_cache_dtype"] = [f"must be one of {', '.join(KV_CACHE_DTYPES)}"]
+    algo = options.get("prefix_caching_hash_algo")
+    if algo is not None and algo not in HASH_ALGOS:
+        errors["prefix_caching_hash_algo"] = [f"must be one of {', '.join(HASH_ALGOS)}"]
+    spec = options.get("speculative")
+    if spec is not None:
+        if not isinstance(spec, Mapping) or spec.get("method") not in SPEC_METHODS:
+            errors["speculative"] = [f"method must be one of {', '.join(SPEC_METHODS)}"]
+        else:
+            if spec["method"] != "ngram" and not spec.get("model"):
+                errors.setdefault("speculative", []).append("eagle needs a draft 'model'")
+            k = spec.get("num_speculative_tokens")
+            if not isinstance(k, int) or not 1 <= k <= 16:
+                errors.setdefault("speculative", []).append(
+                    "num_speculative_tokens must be 1..16")
+            table = spec.get("num_speculative_tokens_per_batch_size")
+            if table is not None and not _valid_depth_table(table, k):
+                errors.setdefault("speculative", []).append(
+                    "num_speculative_tokens_per_batch_size must be [[start, end, K], ...] "
+                    "with start <= end, ranges ascending and K <= num_speculative_tokens")
+    lora = options.get("lora")
+    if lora is not None and not isinstance(lora, Mapping):
+        errors["lora"] = ["must be an object {max_loras, max_lora_rank, modules}"]
+    pd = options.get("disaggregation")
+    if pd is not None and (not isinstance(pd, Mapping) or pd.get("role") not in PD_ROLES):
+        errors["disaggregation"] = [f"role must be one of {', '.join(PD_ROLES)}"]
+    g = options.get("gpu_memory_utilization")
+    if g is not None and not (isinstance(g, (int, float)) and 0 < g <= 1):
+        errors["gpu_memory_utilization"] = ["must be in (0, 1]"]
+    return errors
+
+
+def _valid_depth_table(table: Any, k: Any) -> bool:
+    if not isinstance(table, list) or not table:
+        return False
+    last_end = 0
+    for row in table:
+        if not (isinstance(row, list) and len(row) == 3 and all(isinstance(x, int) for x in row)):
+            return False
+        start, end, depth = row
+        if start < 1 or start > end or start <= last_end or depth < 0:
+            return False
+        if isinstance(k, int) and depth > k:
+            return False
+        last_end = end
+    return True
+
+
+def replica_port(pool: Mapping[str, Any], index: int) -> int:
+    return int(pool.get("base_port", 8500)) + index
+
+
+def build_command(pool: Mapping[str, Any], index: int, *, host: str = "127.0.0.1",
+                  python: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """(argv, extra environment) for replica ``index`` of ``pool``.
+    Raises ValueError when the options are invalid."""
+    options = dict(pool.get("options") or {})
+    errors = validate_options(options)
+    if errors:
+        raise ValueError("; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(errors.items())))
+    if pool.get("engine", "reference") == "vllm":
+        argv, env = _vllm(pool, options, index, host)
+    else:
+        argv, env = _reference(pool, options, index, host, python or sys.executable)
+    argv += [str(a) for a in options.get("extra_args") or []]
+    env.update({str(k): str(v) for k, v in (options.get("env") or {}).items()})
+    return argv, env
+
+
+def _served_name(pool: Mapping[str, Any]) -> str:
+    return pool.get("served_model_name") or pool["name"]
+
+
+def _vllm(pool: Mapping[str, Any], o: dict, index: int, host: str) -> tuple[list[str], dict]:
+    argv = ["vllm", "serve", pool["model"], "--served-model-name", _served_name(pool),
+            "--host", host, "--port", str(replica_port(pool, index))]
+    env: dict[str, str] = {}
+    gpus = int(pool.get("gpus_per_replica", 1) or 0)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index * gpus + g) for g in range(gpus))
+    tp = int(o.get("tensor_parallel_size") or gpus or 1)
+    if tp > 1:
+        argv += ["--tensor-parallel-size", str(tp)]
+    if o.get("max_model_len"):
+        argv += ["--max-model-len", str(o["max_model_len"])]
+    if o.get("quantization"):
+        argv += ["--quantization", o["quantization"]]
+    if o.get("kv_cache_dtype"):
+        argv += ["--kv-cache-dtype", o["kv_cache_dtype"]]
+    if o.get("gpu_memory_utilization") is not None:
+        argv += ["--gpu-memory-utilization", str(o["gpu_memory_utilization"])]
+    if o.get("max_num_seqs"):
+        argv += ["--max-num-seqs", str(o["max_num_seqs"])]
+    if o.get("prefix_caching", True):
+        argv.append("--enable-prefix-caching")
+        if o.get("prefix_caching_hash_algo"):
+            argv += ["--prefix-caching-hash-algo", o["prefix_caching_hash_algo"]]
+    else:
+        argv.append("--no-enable-prefix-caching")
+    spec = o.get("speculative")
+    if spec:
+        argv += ["--speculative-config", _json(_spec_config(spec))]
+    lora = o.get("lora")
+    if lora is not None:
+        argv += ["--enable-lora", "--max-loras", str(lora.get("max_loras", 4)),
+                 "--max-lora-rank", str(lora.get("max_lora_rank", 16))]
+        modules = lora.get("modules") or {}
+        if modules:
+            argv += ["--lora-modules", *[f"{n}={p}" for n, p in sorted(modules.items())]]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    pd = o.get("disaggregation")
+    if pd:
+        # Nixl peers both send and receive KV; the proxy decides who prefills.
+        argv += ["--kv-transfer-config", _json({"kv_connector": pd.get("connector",
+                                                                        "NixlConnector"),
+                                                "kv_role": "kv_both"})]
+        base = int(pd.get("side_channel_port", NIXL_SIDE_CHANNEL_BASE))
+        env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(base + index)
+        env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = host
+    events = o.get("kv_events")
+    if events:
+        cfg = dict(events) if isinstance(events, Mapping) else {}
+        argv += ["--kv-events-config", _json({
+            "enable_kv_cache_events": True, "publisher": cfg.get("publisher", "zmq"),
+            "endpoint": cfg.get("endpoint", f"tcp://*:{KV_EVENTS_BASE + index}"),
+            "topic": cfg.get("topic", f"kv@{_served_name(pool)}-{index}")})]
+    if o.get("enable_prompt_tokens_details", True):
+        argv.append("--enable-prompt-tokens-details")
+    return argv, env
+
+
+def _spec_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"method": spec["method"],
+                           "num_speculative_tokens": spec["num_speculative_tokens"]}
+    for key in ("model", "num_speculative_tokens_per_batch_size", "prompt_lookup_min",
+                "prompt_lookup_max", "draft_tensor_parallel_size"):
+        if spec.get(key) is not None:
+            out[key] = spec[key]
+    return out
+
+
+def _reference(pool: Mapping[str, Any], o: dict, index: int, host: str,
+               python: str) -> tuple[list[str], dict]:
+    argv = [python, "-m", "app.engine", "--model", pool["model"],
+            "--served-model-name", _served_name(pool), "--host", host,
+            "--port", str(replica_port(pool, index)),
+            "--max-prefix-tokens", str(o.get("max_prefix_tokens", 32768))]
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if o.get("threads"):
+        argv += ["--threads", str(o["threads"])]
+    if o.get("max_model_len"):
+        argv += ["--max-model-len", str(o["max_model_len"])]
+    lora = o.get("lora")
+    if lora is not None:
+        argv += ["--max-loras", str(lora.get("max_loras", 4))]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if o.get("enable_prompt_tokens_details", True):
+        argv.append("--enable-prompt-tokens-details")
+    return argv, env
