@@ -1,0 +1,33 @@
+"""``flask minify report`` over a cases file."""
+from __future__ import annotations
+
+import json
+
+CASE = {"schema": {"type": "object", "properties": {
+    "extracted_customer_organization_department_name": {"type": "string"},
+    "customer_contact_email_addresses": {"type": "array", "items": {"type": "string"}}}},
+    "output": {"extracted_customer_organization_department_name": "Revenue Operations",
+               "customer_contact_email_addresses": ["a@example.com"]}}
+
+
+def test_report_json_totals(runner, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(CASE) + "\n\n" + json.dumps(CASE) + "\n")
+    result = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json"])
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.output)
+    assert totals["cases"] == 2 and totals["roundtrip_ok"] is True
+    # compact JSON, cl100k: the two long keys shrink to one token each
+    assert totals["tokens_after"] < totals["tokens_before"]
+    assert totals["reduction"] == round(1 - totals["tokens_after"] / totals["tokens_before"], 4)
+
+
+def test_report_lines_and_bad_file(runner, tmp_path):
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(CASE) + "\n")
+    result = runner.invoke(args=["minify", "report", "--cases", str(cases)])
+    assert result.exit_code == 0, result.output
+    assert "roundtrip ok" in result.output and "line   1" in result.output
+    cases.write_text('{"schema": {}}\n')
+    result = runner.invoke(args=["minify", "report", "--cases", str(cases)])
+    assert result.exit_code != 0
