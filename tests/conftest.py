@@ -96,7 +96,10 @@ def app(_app):
 
 @pytest.fixture()
 def client(app):
-    return app.test_client()
+    """A browser-like client: each request starts without the previous request's ``g``
+    (the ``app`` fixture keeps one app context pushed, which Flask would reuse)."""
+    from tests.console.web import browser
+    return browser(app)
 
 
 @pytest.fixture()
