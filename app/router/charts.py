@@ -1,0 +1,58 @@
+"""Plotly figures of a router version's held-out metrics (HTML fragments; plotly.js is served
+once by ``router.plotly_js``)."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+from app.router.models import RouterModel
+
+_LAYOUT = dict(height=360, margin=dict(l=50, r=20, t=40, b=50), template="plotly_white")
+
+
+def _html(fig: go.Figure) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+
+
+def reliability_html(model: RouterModel) -> str:
+    cal = (model.metrics or {}).get("calibration") or {}
+    if not cal:
+        return ""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfect",
+                             line=dict(dash="dot", color="#999")))
+    for rank, rep in sorted(cal.items()):
+        for key, label, dash in (("reliability_before", "raw", "dash"),
+                                 ("reliability", "calibrated", "solid")):
+            pts = [b for b in rep.get(key, []) if b["count"]]
+            ece = rep["ece_before" if key == "reliability_before" else "ece_after"]
+            fig.add_trace(go.Scatter(
+                x=[b["mean_q"] for b in pts], y=[b["pass_rate"] for b in pts],
+                mode="lines+markers", line=dict(dash=dash),
+                name=f"tier {rank} {label} (ECE {ece:.3f})",
+                text=[f"n={b['count']}" for b in pts]))
+    fig.update_layout(title="Reliability (held-out)", xaxis_title="predicted q",
+                      yaxis_title="observed pass rate", **_LAYOUT)
+    return _html(fig)
+
+
+def curve_html(model: RouterModel) -> str:
+    held = (model.metrics or {}).get("held_out") or {}
+    curve = held.get("curve") or []
+    if not curve:
+        return ""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=[p["cost_fraction"] for p in curve], y=[p["relative_quality"] for p in curve],
+        mode="lines+markers", name="router (τ grid, Pareto)",
+        text=[f"τ1={p['taus']['1']} τ2={p['taus']['2']}" for p in curve]))
+    fig.add_trace(go.Scatter(x=[1.0], y=[1.0], mode="markers", name="always frontier",
+                             marker=dict(symbol="star", size=12)))
+    chosen = held.get("chosen")
+    if chosen:
+        fig.add_trace(go.Scatter(x=[chosen["cost_fraction"]], y=[chosen["relative_quality"]],
+                                 mode="markers", name="chosen for target",
+                                 marker=dict(symbol="diamond", size=12)))
+    fig.update_layout(title="Cost vs quality (held-out, relative to always-frontier)",
+                      xaxis_title="cost / frontier cost", yaxis_title="quality / frontier quality",
+                      **_LAYOUT)
+    return _html(fig)

@@ -1,0 +1,134 @@
+"""Console pages and admin API of the cascade router: versions, calibration, cost-quality, τ."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from flask import (Blueprint, Response, abort, flash, g, jsonify, redirect, render_template,
+                   request, url_for)
+from flask_login import current_user, login_required
+
+from app.api.views import api_auth, body
+from app.errors import ServiceError, ValidationError
+from app.router import charts, service
+
+bp = Blueprint("router", __name__, url_prefix="/router")
+api_bp = Blueprint("router_api", __name__)
+
+
+@lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+    return get_plotlyjs()
+
+
+@bp.route("/plotly.js")
+def plotly_js():
+    resp = Response(_plotly_js(), mimetype="application/javascript")
+    resp.cache_control.public = True
+    resp.cache_control.max_age = 86400
+    return resp
+
+
+@bp.route("/")
+@login_required
+def index():
+    rows = []
+    for scope in service.list_scopes(current_user):
+        vs = service.versions(scope)
+        active = next((v for v in vs if v.status == "active"), None)
+        rows.append({"scope": scope, "versions": len(vs), "active": active, "latest": vs[0]})
+    return render_template("router/index.html", rows=rows)
+
+
+@bp.route("/scope/<path:scope>")
+@login_required
+def scope_detail(scope: str):
+    tenant_id = service.scope_tenant_id(scope)
+    if not current_user.sees_tenant(tenant_id):
+        abort(404)
+    vs = service.versions(scope)
+    if not vs:
+        abort(404)
+    chosen_id = request.args.get("model", type=int)
+    model = next((v for v in vs if v.id == chosen_id), None) or \
+        next((v for v in vs if v.status == "active"), vs[0])
+    return render_template("router/scope.html", scope=scope, versions=vs, model=model,
+                           calibration=(model.metrics or {}).get("calibration", {}),
+                           held_out=(model.metrics or {}).get("held_out", {}),
+                           comparison=(model.metrics or {}).get("comparison", {}),
+                           reliability_html=charts.reliability_html(model),
+                           curve_html=charts.curve_html(model),
+                           can_manage=current_user.can("policy.manage", tenant_id))
+
+
+def _require_manage(model_id: int) -> None:
+    model = service.get_model(current_user, model_id)
+    if not current_user.can("policy.manage", service.scope_tenant_id(model.scope)):
+        abort(403)
+
+
+@bp.route("/models/<int:model_id>/taus", methods=["POST"])
+@login_required
+def set_taus(model_id: int):
+    _require_manage(model_id)
+    model = service.get_model(current_user, model_id)
+    try:
+        target = float(request.form.get("quality_target", "")) / 100.0
+    except ValueError:
+        target = -1.0
+    try:
+        _, taus = service.set_taus_for_target(current_user, model_id, target)
+    except ValidationError as exc:
+        flash("; ".join(m for ms in exc.errors.values() for m in ms) or exc.message, "error")
+    else:
+        flash(f"τ set for {target:.1%} of frontier quality: tier 1 ≥ {taus['router_tau_1']:.2f}, "
+              f"tier 2 ≥ {taus['router_tau_2']:.2f}", "info")
+    return redirect(url_for("router.scope_detail", scope=model.scope, model=model_id))
+
+
+@bp.route("/models/<int:model_id>/activate", methods=["POST"])
+@login_required
+def activate(model_id: int):
+    _require_manage(model_id)
+    try:
+        model = service.activate(current_user, model_id)
+    except ServiceError as exc:
+        flash(exc.message, "error")
+        model = service.get_model(current_user, model_id)
+    else:
+        flash(f"Version {model.version} is now active.", "info")
+    return redirect(url_for("router.scope_detail", scope=model.scope, model=model_id))
+
+
+def _model_json(m) -> dict:
+    return {"id": m.id, "scope": m.scope, "version": m.version, "status": m.status,
+            "created_at": m.created_at.isoformat(), "trained_on": m.trained_on,
+            "metrics": {k: v for k, v in (m.metrics or {}).items() if k != "held_out"},
+            "chosen": (m.metrics or {}).get("held_out", {}).get("chosen")}
+
+
+@api_bp.route("/router/scopes")
+@api_auth
+def api_scopes():
+    return jsonify(scopes=service.list_scopes(g.api_user))
+
+
+@api_bp.route("/router/scopes/<path:scope>/models")
+@api_auth
+def api_versions(scope: str):
+    if not g.api_user.sees_tenant(service.scope_tenant_id(scope)):
+        return jsonify(models=[])
+    return jsonify(models=[_model_json(m) for m in service.versions(scope)])
+
+
+@api_bp.route("/router/models/<int:model_id>/taus", methods=["POST"])
+@api_auth
+def api_set_taus(model_id: int):
+    data = body()
+    try:
+        target = float(data.get("quality_target"))
+    except (TypeError, ValueError):
+        raise ValidationError("invalid quality target",
+                              {"quality_target": ["a fraction, e.g. 0.99"]}) from None
+    _, taus = service.set_taus_for_target(g.api_user, model_id, target)
+    return jsonify(taus=taus, quality_target=target)

@@ -1,0 +1,103 @@
+import json
+
+import pytest
+
+from app.errors import Conflict, ValidationError
+from app.extensions import db
+from app.policies.service import effective_policy
+from app.redis_client import keys
+from app.router import evaluation as ev
+from app.router import service
+from app.router.models import RouterModel
+from tests.factories import TenantFactory, UserFactory
+from tests.router.helpers import traces
+
+
+def test_tier_labels_rules():
+    # served tier passes: it and every stronger tier pass; cheaper tiers unknown
+    assert ev.tier_labels({"tier_rank": 2, "schema_valid": True}) == [None, 1, 1]
+    # a fail means every cheaper tier fails too
+    assert ev.tier_labels({"tier_rank": 2, "schema_valid": False}) == [0, 0, None]
+    # client feedback beats schema validation
+    assert ev.tier_labels({"tier_rank": 1, "schema_valid": True, "feedback": "fail"}) == [0, None, None]
+    # margin-aborted tier counts as a fail; shadow judgements override
+    assert ev.tier_labels({"tier_rank": 2, "schema_valid": True, "escalated_from": [1]}) == [0, 1, 1]
+    assert ev.tier_labels({"tier_rank": 3, "feedback": "pass", "shadow": {"1": True}}) == [1, None, 1]
+    assert ev.tier_labels({"tier_rank": 1}) == [None, None, None]
+
+
+def test_held_out_split_is_stable():
+    ts = traces(200)
+    a, b = ev.split(ts, 0.2), ev.split(list(reversed(ts)), 0.2)
+    assert {t["request_id"] for t in a[1]} == {t["request_id"] for t in b[1]}
+    assert 20 < len(a[1]) < 60
+
+
+def test_not_enough_labels_trains_nothing(app):
+    assert service.train_scope("global", traces(100)) is None
+    assert db.session.scalar(db.select(db.func.count()).select_from(RouterModel)) == 0
+
+
+def test_bad_scope_rejected(app):
+    with pytest.raises(ValidationError):
+        service.train_scope("tenant:x", traces(10))
+
+
+def stored_active(redis_client, scope):
+    raw = redis_client.get(keys().k("router", scope, "active"))
+    return json.loads(raw) if raw else None
+
+
+def test_versioning_promotion_and_publish(app, redis_client):
+    t = TenantFactory()
+    scope = f"tenant:{t.id}"
+    v0 = int(redis_client.get(keys().k("router", "version")) or 0)
+
+    first = service.train_scope(scope, traces(800, seed=1))
+    assert (first.version, first.status) == (1, "active")
+    m = first.metrics
+    assert m["comparison"]["promote"] and m["held_out"]["chosen"]["relative_quality"] >= 0.99
+    assert m["held_out"]["chosen"]["cost_fraction"] < 0.8  # cheaper tiers do carry traffic
+    for rank in ("1", "2"):
+        assert m["calibration"][rank]["auc"] > 0.85
+    pub = stored_active(redis_client, scope)
+    assert pub["version"] == 1 and pub["params"] == first.params
+    assert int(redis_client.get(keys().k("router", "version"))) == v0 + 1
+
+    # a version trained on inverted labels is worse at equal cost: rejected, v1 stays
+    bad = service.train_scope(scope, traces(800, seed=2, flip_train=True))
+    assert (bad.version, bad.status) == (2, "rejected")
+    assert "worse" in bad.metrics["comparison"]["reason"]
+    assert service.active_model(scope).id == first.id
+    assert stored_active(redis_client, scope)["version"] == 1
+
+    # a sound version is not worse: it takes traffic, v1 retires
+    good = service.train_scope(scope, traces(800, seed=3))
+    assert good.status == "active", good.metrics["comparison"]
+    db.session.refresh(first)
+    assert first.status == "retired"
+    assert stored_active(redis_client, scope)["version"] == 3
+    assert [v.version for v in service.versions(scope)] == [3, 2, 1]
+
+    # explicit transitions only: a rejected model never becomes active; rollback is allowed
+    admin = UserFactory(role="admin")
+    with pytest.raises(Conflict):
+        service.activate(admin, bad.id)
+    service.activate(admin, first.id)
+    assert stored_active(redis_client, scope)["version"] == 1
+    assert db.session.get(RouterModel, good.id).status == "retired"
+
+
+def test_set_taus_for_target_updates_tenant_policy_and_snapshot(app, redis_client):
+    t = TenantFactory()
+    model = service.train_scope(f"tenant:{t.id}", traces(800, seed=4))
+    ops = UserFactory(role="ops", tenant=t)
+    _, taus = service.set_taus_for_target(ops, model.id, 0.99)
+    pol = effective_policy(t.id)
+    assert (pol["router_tau_1"], pol["router_tau_2"]) == (taus["router_tau_1"], taus["router_tau_2"])
+    assert taus == service.taus_for_target(model, 0.99)
+    # the gateway reads policies from the snapshot: it changed without any restart
+    snap = json.loads(redis_client.get(keys().k("snapshot", "data")))
+    assert snap["tenants"][str(t.id)]["policy"]["router_tau_1"] == taus["router_tau_1"]
+    with pytest.raises(ValidationError):
+        service.set_taus_for_target(ops, model.id, 1.2)
