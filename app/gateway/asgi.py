@@ -1,0 +1,127 @@
+"""The gateway process: ``gunicorn -k uvicorn.workers.UvicornWorker
+'app.gateway.asgi:create_gateway()'``.
+
+No SQL and no Flask app context here: the control plane's config arrives as the Redis
+snapshot, polled in the background; ledger events leave through the Redis stream.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from app.gateway import handlers
+from app.gateway.auth import RateLimiter
+from app.gateway.context import RequestContext
+from app.gateway.ledger_writer import LedgerWriter
+from app.gateway.snapshot import SnapshotStore
+from app.gateway.stages import s00_cache
+from app.gateway.telemetry import GatewayMetrics, finish
+from app.gateway.upstream import Upstream
+from app.redis_client import Keys
+
+log = logging.getLogger(__name__)
+
+
+class Gateway:
+    """The long-lived parts of one gateway worker."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self.keys = Keys(config["REDIS_NAMESPACE"])
+        self.max_body = int(config.get("GATEWAY_MAX_BODY_BYTES") or 4 * 1024 * 1024)
+        self.poll_s = float(config.get("GATEWAY_SNAPSHOT_POLL_S") or 0.5)
+        self.metrics = GatewayMetrics()
+        self.redis = None
+        self.snapshots: SnapshotStore | None = None
+        self.limiter: RateLimiter | None = None
+        self.ledger: LedgerWriter | None = None
+        self.upstream: Upstream | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._hooks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self.redis = aioredis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
+                                             socket_connect_timeout=1.0)
+        self.snapshots = SnapshotStore(self.redis, self.keys.k("snapshot", "version"),
+                                       self.keys.k("snapshot", "data"), self.poll_s)
+        self.limiter = RateLimiter(self.redis, self.keys)
+        self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
+        self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
+        await self.snapshots.refresh()
+        self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
+                       asyncio.create_task(self.ledger.run())]
+
+    async def _on_tick(self) -> None:
+        if self.snapshots.current is not None:
+            self.metrics.snapshot_version.set(self.snapshots.current.version)
+        if self.ledger.queue:
+            self.ledger._wake.set()
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        if self._hooks:
+            await asyncio.wait(self._hooks, timeout=5)
+        try:
+            await asyncio.wait_for(self.ledger.flush(), timeout=5)
+        except Exception as exc:  # noqa: BLE001
+            log.error("gateway stopping with %d ledger events unwritten: %s",
+                      len(self.ledger.queue), exc)
+        await self.upstream.aclose()
+        await self.redis.aclose()
+
+    def book(self, ctx: RequestContext) -> None:
+        """Account a finished request: metrics now, ledger event to the stream."""
+        try:
+            self.ledger.submit(finish(ctx, self.metrics))
+        except Exception:  # noqa: BLE001 - accounting bugs must not fail the answer
+            log.exception("request %s: telemetry failed", ctx.request_id)
+
+    def book_stream(self, ctx: RequestContext) -> None:
+        self.metrics.in_flight.dec()
+        self.book(ctx)
+        if ctx.status == 200:
+            task = asyncio.get_running_loop().create_task(self._after(ctx))
+            self._hooks.add(task)
+            task.add_done_callback(self._hooks.discard)
+
+    @staticmethod
+    async def _after(ctx: RequestContext) -> None:
+        try:
+            await s00_cache.on_complete(ctx, ctx.collected)
+        except Exception:  # noqa: BLE001
+            log.exception("request %s: cache on_complete failed", ctx.request_id)
+
+
+def create_gateway(config: dict[str, Any] | None = None) -> Starlette:
+    if config is None:
+        from config import load_config
+        config = load_config()
+    gw = Gateway(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await gw.start()
+        try:
+            yield
+        finally:
+            await gw.stop()
+
+    app = Starlette(routes=[
+        Route("/v1/chat/completions", handlers.chat_completions, methods=["POST"]),
+        Route("/v1/models", handlers.list_models, methods=["GET"]),
+        Route("/v1/feedback", handlers.feedback, methods=["POST"]),
+        Route("/metrics", handlers.metrics, methods=["GET"]),
+        Route("/healthz", handlers.healthz, methods=["GET"]),
+    ], lifespan=lifespan)
+    app.state.gw = gw
+    return app

@@ -1,0 +1,72 @@
+"""Everything one request carries through the pipeline."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.gateway.snapshot import Snapshot
+
+
+@dataclass
+class RequestContext:
+    request_id: str
+    snapshot: Snapshot
+    tenant: dict
+    key: dict
+    body: dict
+    client_headers: dict[str, str] = field(default_factory=dict)
+    gw: Any = None                          # the Gateway: upstream client, metrics, config
+    started: float = field(default_factory=time.perf_counter)
+
+    # request, parsed
+    requested_model: str = ""
+    requested_tier: dict | None = None      # None: "auto"
+    stream: bool = False
+    include_usage: bool = False
+    workflow_signature: str = ""
+    workflow_name: str = ""
+    workflow: dict | None = None            # snapshot entry; None for a new workflow
+    session_id: str | None = None
+
+    # decisions
+    state: str = ""
+    trace: list[str] = field(default_factory=list)      # states visited
+    fallbacks: list[str] = field(default_factory=list)  # fallback states taken
+    stage_errors: list[str] = field(default_factory=list)
+    embedding: Any = None                   # one embedding per request: cache and router share it
+    cache: str = "miss"                     # miss | exact | semantic | bypass
+    cached_response: dict | None = None
+    collect_stream: bool = False            # a stage wants the streamed answer assembled
+    collected: dict | None = None           # ... which the relay puts here
+    router_score: float | None = None
+    tier: dict | None = None
+    replica: dict | None = None
+    failed_replicas: set = field(default_factory=set)
+    escalated: bool = False
+    margin: float | None = None
+    upstream_body: dict | None = None       # what S04 sends (S02 may rewrite it)
+    key_map: dict | None = None             # S02 minified keys -> S05 expands them
+
+    # upstream results
+    upstream_status: int = 0
+    upstream_headers: dict[str, str] = field(default_factory=dict)
+    upstream_response: Any = None           # open httpx.Response while streaming
+    first_chunk: bytes = b""
+    response_json: dict | None = None       # non-streaming body
+    response_bytes: bytes = b""
+    last_error: Exception | None = None
+
+    # outcome
+    status: int = 200
+    error: str = ""
+    ttft_ms: float | None = None
+    usage: dict = field(default_factory=dict)
+    telemetry: dict = field(default_factory=dict)
+
+    @property
+    def policy(self) -> dict:
+        return self.tenant["policy"]
+
+    def elapsed_ms(self) -> float:
+        return (time.perf_counter() - self.started) * 1000.0

@@ -1,0 +1,70 @@
+"""Downstream validator feedback (pass/fail per request), the signal the flywheel learns from.
+
+Events go to the Redis stream ``<ns>:feedback:stream`` (fields: ``e`` = JSON of
+``feedback_event``). Readers use their own consumer groups: the ledger drain copies the
+verdict onto the request's ledger row (``payload.feedback``); the cache and the router
+read it for themselves.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import orjson
+
+from app.gateway.errors import GatewayError, bad_request
+
+STREAM = ("feedback", "stream")
+STREAM_MAXLEN = 1_000_000
+
+
+def feedback_event(tenant_id: int, request_id: str, passed: bool, note: str = "") -> dict:
+    return {"tenant_id": tenant_id, "request_id": request_id, "pass": bool(passed),
+            "note": note[:2000], "at": datetime.now(timezone.utc).isoformat()}
+
+
+def parse_feedback(body: dict) -> tuple[str, bool, str]:
+    """(request_id, passed, note) from ``{"request_id", "verdict": "pass"|"fail" | "pass":
+    bool, "note"}``; raises a 400 naming the field."""
+    rid = body.get("request_id")
+    if not isinstance(rid, str) or not rid or len(rid) > 64:
+        raise bad_request("'request_id' must be the x-sluice-request-id of a request.",
+                          "request_id")
+    if "verdict" in body:
+        if body["verdict"] not in ("pass", "fail"):
+            raise bad_request("'verdict' must be 'pass' or 'fail'.", "verdict")
+        passed = body["verdict"] == "pass"
+    elif isinstance(body.get("pass"), bool):
+        passed = body["pass"]
+    else:
+        raise bad_request("Missing required parameter: 'verdict' ('pass' or 'fail').",
+                          "verdict", "missing_required_parameter")
+    note = body.get("note") or ""
+    if not isinstance(note, str):
+        raise bad_request("'note' must be a string.", "note", "invalid_type")
+    return rid, passed, note
+
+
+async def record_feedback(redis, keys, tenant_id: int, request_id: str, passed: bool,
+                          note: str = "") -> dict:
+    """Check the request belongs to the tenant, then append the event. 404 otherwise."""
+    owner = await redis.get(keys.k("req", request_id))
+    if owner is None or int(owner) != int(tenant_id):
+        raise GatewayError(404, f"No request {request_id!r} for this key.",
+                           param="request_id", code="request_not_found")
+    ev = feedback_event(tenant_id, request_id, passed, note)
+    await redis.xadd(keys.k(*STREAM), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
+                     approximate=True)
+    return ev
+
+
+def record_feedback_sync(redis, keys, tenant_id: int, request_id: str, passed: bool,
+                         note: str = "") -> dict:
+    """The same for synchronous callers (console, workers) with a ``redis.Redis``."""
+    owner = redis.get(keys.k("req", request_id))
+    if owner is None or int(owner) != int(tenant_id):
+        raise GatewayError(404, f"No request {request_id!r} for this tenant.",
+                           param="request_id", code="request_not_found")
+    ev = feedback_event(tenant_id, request_id, passed, note)
+    redis.xadd(keys.k(*STREAM), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
+               approximate=True)
+    return ev

@@ -1,0 +1,216 @@
+"""Thin route handlers: admit (auth, size, validation, limits), run the pipeline, answer."""
+from __future__ import annotations
+
+import logging
+import uuid
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from app.core.workflow import workflow_signature
+from app.gateway import sse
+from app.gateway.auth import authenticate, check_budget
+from app.gateway.context import RequestContext
+from app.gateway.errors import GatewayError
+from app.gateway.feedback import parse_feedback, record_feedback
+from app.gateway.pipeline import run_pipeline
+from app.gateway.stages import s00_cache
+from app.gateway.telemetry import finish
+from app.gateway.upstream import downstream_headers
+from app.gateway.validation import check_chat_body, parse_json
+
+log = logging.getLogger(__name__)
+JSON = "application/json"
+
+
+def _json(obj, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(orjson.dumps(obj), status_code=status, media_type=JSON, headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise GatewayError(413, f"Request body is larger than {limit} bytes.",
+                           code="request_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise GatewayError(413, f"Request body is larger than {limit} bytes.",
+                               code="request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _snapshot(gw):
+    snap = gw.snapshots.current
+    if snap is None:
+        raise GatewayError(503, "The gateway has no configuration yet; try again shortly.",
+                           code="no_snapshot")
+    return snap
+
+
+def resolve_model(snap, tenant: dict, model: str) -> dict | None:
+    """The requested tier (None for ``auto``); 404 unknown, 403 not allowed."""
+    if model == "auto":
+        return None
+    tier = snap.tiers_by_name.get(model)
+    if tier is None:
+        raise GatewayError(404, f"The model `{model}` does not exist or you do not have "
+                           "access to it.", param="model", code="model_not_found")
+    if tier not in snap.allowed_tiers(tenant):
+        raise GatewayError(403, f"Tier `{model}` is not allowed for this tenant.",
+                           param="model", code="tier_not_allowed")
+    if not tenant["policy"].get("allow_explicit_tier", True):
+        raise GatewayError(403, "This tenant must use model `auto`.", param="model",
+                           code="explicit_tier_not_allowed")
+    return tier
+
+
+async def _admit(gw, request: Request, rid: str) -> RequestContext:
+    snap = _snapshot(gw)
+    tenant, key = authenticate(snap, request.headers.get("authorization"))
+    body = parse_json(await read_body(request, gw.max_body))
+    policy = tenant["policy"]
+    check_chat_body(body, int(policy.get("max_tokens_cap") or 4096))
+    tier = resolve_model(snap, tenant, body["model"])
+    check_budget(snap, tenant)
+    await gw.limiter.check(tenant)
+    headers = request.headers
+    sig, name = workflow_signature(tenant["id"], body, headers.get("x-sluice-workflow"))
+    session = None
+    if policy.get("session_key") in ("header", "both"):
+        session = headers.get("x-sluice-session")
+    if session is None and policy.get("session_key") in ("user", "both"):
+        session = body.get("user") if isinstance(body.get("user"), str) else None
+    opts = body.get("stream_options") or {}
+    return RequestContext(
+        request_id=rid, snapshot=snap, tenant=tenant, key=key, body=body,
+        client_headers=dict(headers), gw=gw, requested_model=body["model"],
+        requested_tier=tier, stream=bool(body.get("stream")),
+        include_usage=bool(opts.get("include_usage")), workflow_signature=sig,
+        workflow_name=name, workflow=snap.workflow(tenant["id"], sig), session_id=session)
+
+
+def _sluice_headers(ctx: RequestContext, cost: bool) -> dict[str, str]:
+    h = {"x-sluice-request-id": ctx.request_id, "x-sluice-cache": ctx.cache,
+         "x-sluice-tier": (ctx.tier or {}).get("name", "") if ctx.cache == "miss" else "",
+         "x-sluice-workflow": ctx.workflow_signature}
+    if cost and "cost_usd" in ctx.telemetry:
+        h["x-sluice-cost-usd"] = str(ctx.telemetry["cost_usd"])
+    return h
+
+
+async def chat_completions(request: Request) -> Response:
+    gw = request.app.state.gw
+    rid = "req_" + uuid.uuid4().hex
+    try:
+        ctx = await _admit(gw, request, rid)
+    except GatewayError as exc:
+        gw.metrics.rejected.labels(str(exc.status), exc.code or "").inc()
+        return exc.response({"x-sluice-request-id": rid})
+    gw.metrics.in_flight.inc()
+    streaming = False
+    try:
+        try:
+            await run_pipeline(ctx)
+        except GatewayError as exc:
+            ctx.status, ctx.error = exc.status, exc.code or "error"
+            gw.book(ctx)
+            return exc.response(_sluice_headers(ctx, cost=False))
+        if ctx.cached_response is not None:
+            return await _respond_cached(gw, ctx)
+        if ctx.status != 200:  # an upstream 4xx about the request, relayed
+            gw.book(ctx)
+            return Response(ctx.response_bytes, status_code=ctx.status, media_type=JSON,
+                            headers=_sluice_headers(ctx, cost=False))
+        if ctx.stream:
+            streaming = True
+            headers = {**downstream_headers(ctx.upstream_headers),
+                       **_sluice_headers(ctx, cost=False), "cache-control": "no-cache",
+                       "x-accel-buffering": "no"}
+            headers.pop("content-type", None)
+            return StreamingResponse(sse.relay(ctx, gw.book_stream), headers=headers,
+                                     media_type="text/event-stream")
+        ctx.response_json = orjson.loads(ctx.response_bytes)
+        ctx.usage = ctx.response_json.get("usage") or {}
+        gw.book(ctx)
+        await _after(ctx, ctx.response_json)
+        return Response(ctx.response_bytes, media_type=JSON, headers=_sluice_headers(ctx, True))
+    except Exception:
+        log.exception("request %s failed", rid)
+        if not streaming:
+            ctx.status, ctx.error = 500, "internal_error"
+            gw.book(ctx)
+        return GatewayError(500, "The gateway failed to serve the request.",
+                            code="internal_error", type_="api_error").response(
+                                {"x-sluice-request-id": rid})
+    finally:
+        if not streaming:
+            gw.metrics.in_flight.dec()
+
+
+async def _after(ctx: RequestContext, response: dict | None) -> None:
+    try:
+        await s00_cache.on_complete(ctx, response)
+    except Exception:  # noqa: BLE001 - a cache write never fails the answer
+        log.exception("request %s: cache on_complete failed", ctx.request_id)
+
+
+async def _respond_cached(gw, ctx: RequestContext) -> Response:
+    ctx.usage = ctx.cached_response.get("usage") or {}
+    gw.book(ctx)
+    if ctx.stream:
+        return StreamingResponse(sse.replay(ctx.cached_response, ctx.include_usage),
+                                 media_type="text/event-stream",
+                                 headers=_sluice_headers(ctx, cost=True))
+    return _json(ctx.cached_response, headers=_sluice_headers(ctx, cost=True))
+
+
+async def list_models(request: Request) -> Response:
+    gw = request.app.state.gw
+    try:
+        snap = _snapshot(gw)
+        tenant, _ = authenticate(snap, request.headers.get("authorization"))
+    except GatewayError as exc:
+        return exc.response()
+    names = ["auto"]
+    if tenant["policy"].get("allow_explicit_tier", True):
+        names += [t["name"] for t in snap.allowed_tiers(tenant)]
+    return _json({"object": "list", "data": [
+        {"id": n, "object": "model", "created": 0, "owned_by": "sluice"} for n in names]})
+
+
+async def feedback(request: Request) -> Response:
+    gw = request.app.state.gw
+    try:
+        snap = _snapshot(gw)
+        tenant, _ = authenticate(snap, request.headers.get("authorization"))
+        rid, passed, note = parse_feedback(parse_json(await read_body(request, 64 * 1024)))
+        try:
+            ev = await record_feedback(gw.redis, gw.keys, tenant["id"], rid, passed, note)
+        except GatewayError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise GatewayError(503, "Feedback store unavailable; retry.",
+                               code="feedback_unavailable") from exc
+    except GatewayError as exc:
+        return exc.response()
+    return _json({"object": "feedback", "request_id": rid, "pass": ev["pass"],
+                  "recorded_at": ev["at"]}, status=202)
+
+
+async def metrics(request: Request) -> Response:
+    gw = request.app.state.gw
+    return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+async def healthz(request: Request) -> Response:
+    gw = request.app.state.gw
+    snap = gw.snapshots.current
+    body = {"ok": snap is not None, "snapshot_version": snap.version if snap else None,
+            "redis": gw.snapshots.redis_ok, "ledger_backlog": len(gw.ledger.queue),
+            "ledger_written": gw.ledger.written, "reloads": gw.snapshots.reloads}
+    return _json(body, status=200 if snap is not None else 503)

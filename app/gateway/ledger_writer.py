@@ -1,0 +1,74 @@
+"""Moves ledger events from the request path to the Redis stream, off the hot path.
+
+``submit`` never blocks or raises; a background task writes queued events in pipelined
+batches. When Redis is down the events stay queued (bounded) and are retried, so a
+Redis outage delays accounting instead of failing requests.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+
+import orjson
+
+log = logging.getLogger(__name__)
+REQUEST_TTL_S = 7 * 86400  # how long /v1/feedback can name a request
+
+
+class LedgerWriter:
+    def __init__(self, redis, keys, metrics=None, *, max_backlog: int = 200_000,
+                 batch: int = 256) -> None:
+        self.redis = redis
+        self.stream = keys.k("ledger", "stream")
+        self.keys = keys
+        self.metrics = metrics
+        self.max_backlog = max_backlog
+        self.batch = batch
+        self.queue: deque[dict] = deque()
+        self.dropped = 0
+        self.written = 0
+        self._wake = asyncio.Event()
+
+    def submit(self, event: dict) -> None:
+        if len(self.queue) >= self.max_backlog:
+            self.queue.popleft()
+            self.dropped += 1
+            log.error("ledger backlog full, dropped the oldest event")
+        self.queue.append(event)
+        self._wake.set()
+
+    async def flush(self) -> int:
+        """Write everything queued; returns events written. Raises on Redis failure
+        (the events stay queued)."""
+        done = 0
+        while self.queue:
+            n = min(len(self.queue), self.batch)
+            events = [self.queue[i] for i in range(n)]
+            pipe = self.redis.pipeline(transaction=False)
+            for ev in events:
+                pipe.xadd(self.stream, {"e": orjson.dumps(ev)})
+                pipe.set(self.keys.k("req", ev["request_id"]), ev["tenant_id"], ex=REQUEST_TTL_S)
+            await pipe.execute()
+            for _ in range(n):
+                self.queue.popleft()
+            done += n
+            self.written += n
+        return done
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.flush()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep the events, retry shortly
+                if self.metrics is not None:
+                    self.metrics.ledger_errors.inc()
+                log.warning("ledger stream write failed (%d queued): %s", len(self.queue), exc)
+                await asyncio.sleep(0.5)
+                self._wake.set()
+            if self.metrics is not None:
+                self.metrics.ledger_backlog.set(len(self.queue))

@@ -1,0 +1,88 @@
+"""S04_DECODE: call the upstream. Fails over to the tier's other replicas while nothing
+has reached the client; when the tier has none left it raises, and the fallback
+S04_ESCALATE_TIER_UP moves to the next tier up the tenant may use (then S03 again).
+A non-retryable upstream answer (a 4xx about the request) is relayed as is."""
+from __future__ import annotations
+
+import logging
+
+from app.gateway.context import RequestContext
+from app.gateway.errors import GatewayError
+from app.gateway.stages import s03_prefill
+from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
+
+log = logging.getLogger(__name__)
+
+
+def upstream_body(ctx: RequestContext) -> dict:
+    body = dict(ctx.upstream_body or ctx.body)
+    body["model"] = ctx.snapshot.served_model(ctx.tier)
+    if ctx.stream:
+        # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
+        body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+    if ctx.tier.get("upstream_kind") == "pool" and ctx.policy.get("cache_salt"):
+        body["cache_salt"] = f"tenant-{ctx.tenant['id']}"
+    return body
+
+
+async def _attempt(ctx: RequestContext) -> None:
+    gw, tier, replica = ctx.gw, ctx.tier, ctx.replica
+    headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
+                                       gw.upstream.api_key(tier))
+    resp = await gw.upstream.open(chat_url(replica["url"]), headers, upstream_body(ctx),
+                                  float(tier.get("timeout_s") or 60.0), ctx.stream)
+    ctx.ttft_ms = ctx.elapsed_ms()
+    ctx.upstream_status = resp.status_code
+    ctx.upstream_headers = resp.headers
+    if ctx.stream:
+        ctx.upstream_response = resp
+        ctx.first_chunk = resp.sluice_first
+    else:
+        ctx.response_bytes = resp.content
+        await resp.aclose()
+
+
+async def run(ctx: RequestContext) -> str:
+    while True:
+        try:
+            await _attempt(ctx)
+            return "S05_KEY_EXPAND"
+        except UpstreamError as exc:
+            ctx.last_error = exc
+            if not exc.retryable:
+                ctx.status = exc.status
+                ctx.error = f"upstream_{exc.status}"
+                ctx.response_bytes = exc.body
+                ctx.upstream_headers = exc.headers
+                return "RESPOND"
+            url = ctx.replica["url"]
+            log.warning("request %s: %s on %s (tier %s)", ctx.request_id, exc, url,
+                        ctx.tier["name"])
+            ctx.failed_replicas.add(url)
+            ctx.gw.upstream.eject(url)
+            ctx.gw.metrics.upstream_failure(ctx.tier["name"], exc.kind)
+            ctx.telemetry.setdefault("retries", []).append(
+                {"tier": ctx.tier["name"], "replica": ctx.replica.get("name"), "error": exc.kind})
+            remaining = s03_prefill.live_replicas(ctx, healthy_only=False)
+            if not remaining:
+                raise
+            ctx.replica = s03_prefill.pick(ctx, remaining)
+
+
+def _gateway_error(exc: Exception | None) -> GatewayError:
+    if isinstance(exc, UpstreamError) and exc.kind == "timeout":
+        return GatewayError(504, "The upstream model timed out.", code="upstream_timeout")
+    return GatewayError(502, "No upstream could serve the request.", code="upstream_unavailable")
+
+
+async def escalate(ctx: RequestContext) -> str:
+    rank = ctx.tier["rank"]
+    higher = [t for t in ctx.snapshot.allowed_tiers(ctx.tenant) if t["rank"] > rank]
+    if not higher:
+        raise _gateway_error(ctx.last_error)
+    ctx.telemetry.setdefault("escalations", []).append(
+        {"from": ctx.tier["name"], "to": higher[0]["name"], "reason": "upstream_failure"})
+    ctx.tier = higher[0]
+    ctx.escalated = True
+    ctx.replica = None
+    return "S03_PREFILL"

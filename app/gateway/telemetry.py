@@ -1,0 +1,132 @@
+"""Per-request telemetry (seed payload 6.2), Prometheus metrics and the ledger event."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from app.core.pricing import baseline_cost, request_cost
+from app.gateway.context import RequestContext
+
+PROTOCOL = "sluice-gateway-1"
+_LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class GatewayMetrics:
+    """Metrics on their own registry, so several gateways (tests) never collide."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("sluice_gateway_requests", "Requests served, by outcome",
+                                ["tier", "cache", "status"], registry=r)
+        self.rejected = Counter("sluice_gateway_rejected", "Requests refused before the "
+                                "pipeline", ["status", "code"], registry=r)
+        self.ttft = Histogram("sluice_gateway_ttft_seconds", "Time to first upstream byte",
+                              ["tier"], buckets=_LAT, registry=r)
+        self.latency = Histogram("sluice_gateway_request_seconds", "Whole request",
+                                 ["tier"], buckets=_LAT, registry=r)
+        self.tokens = Counter("sluice_gateway_tokens", "Tokens by kind (in, cached, out)",
+                              ["tier", "kind"], registry=r)
+        self.cost = Counter("sluice_gateway_cost_usd", "Attributed cost", ["tier"], registry=r)
+        self.baseline = Counter("sluice_gateway_baseline_cost_usd",
+                                "Frontier-equivalent cost of the same tokens", ["tier"],
+                                registry=r)
+        self.escalations = Counter("sluice_gateway_escalations", "Tier escalations",
+                                   ["reason"], registry=r)
+        self.fallbacks = Counter("sluice_gateway_fallbacks", "Pipeline fallback states taken",
+                                 ["state"], registry=r)
+        self.upstream_failures = Counter("sluice_gateway_upstream_failures",
+                                         "Upstream failures before the first byte",
+                                         ["tier", "kind"], registry=r)
+        self.stream_errors = Counter("sluice_gateway_stream_errors",
+                                     "Streams ended by an upstream failure after the first byte",
+                                     ["tier"], registry=r)
+        self.schema_errors = Counter("sluice_gateway_schema_errors", "S98 schema alerts",
+                                     registry=r)
+        self.in_flight = Gauge("sluice_gateway_in_flight", "Requests in the pipeline",
+                               registry=r)
+        self.snapshot_version = Gauge("sluice_gateway_snapshot_version",
+                                      "Config snapshot version in service", registry=r)
+        self.ledger_backlog = Gauge("sluice_gateway_ledger_backlog",
+                                    "Ledger events waiting to reach Redis", registry=r)
+        self.ledger_errors = Counter("sluice_gateway_ledger_write_errors",
+                                     "Failed ledger stream writes (retried)", registry=r)
+
+    def upstream_failure(self, tier: str, kind: str) -> None:
+        self.upstream_failures.labels(tier, kind).inc()
+
+
+def usage_tokens(usage: dict | None) -> tuple[int, int, int]:
+    """(prompt, cached, completion) from an OpenAI usage object."""
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    return (int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0),
+            int(usage.get("completion_tokens") or 0))
+
+
+def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
+    """Close the books on a request: telemetry record, metrics, and the ledger event."""
+    latency_ms = ctx.elapsed_ms()
+    prompt, cached, out = usage_tokens(ctx.usage)
+    tier = ctx.tier or {}
+    served = ctx.cache == "miss" and bool(tier)
+    cost = request_cost(tier, prompt, cached, out) if served else Decimal(0)
+    baseline = baseline_cost(ctx.snapshot.all_tiers, prompt, out)
+    tier_name = tier.get("name", "") if served else ""
+    computed = max(prompt - cached, 0)
+    record = {
+        "protocol_version": PROTOCOL,
+        "request_id": ctx.request_id,
+        "tenant_department": ctx.tenant.get("department") or ctx.tenant.get("name"),
+        "workflow": ctx.workflow_signature,
+        "caching_and_routing_decision": {
+            "cache_decision": ctx.cache,
+            "semantic_cache_hit": ctx.cache == "semantic",
+            "radix_prefix_cache_tokens_reused": cached,
+            "radix_prefix_cache_tokens_computed": computed,
+            "prefix_cache_hit_ratio": round(cached / prompt, 4) if prompt else 0.0,
+            "router_complexity_score": ctx.router_score,
+            "route_reason": ctx.telemetry.get("route_reason"),
+            "assigned_compute_tier": tier_name,
+            "replica": (ctx.replica or {}).get("name"),
+            "logprob_margin_confidence": ctx.margin,
+            "cascade_fallback_triggered": ctx.escalated,
+        },
+        "token_and_latency_telemetry": {
+            "time_to_first_token_ms": round(ctx.ttft_ms, 3) if ctx.ttft_ms is not None else None,
+            "latency_ms": round(latency_ms, 3),
+            "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": out,
+            "request_cost_usd": str(cost),
+            "baseline_frontier_equivalent_cost_usd": str(baseline),
+        },
+        "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
+                     "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
+                                                          if k != "route_reason"}},
+        "status": ctx.status, "error": ctx.error,
+    }
+    if metrics is not None:
+        label = tier_name or "none"
+        metrics.requests.labels(label, ctx.cache, str(ctx.status)).inc()
+        metrics.latency.labels(label).observe(latency_ms / 1000)
+        if ctx.ttft_ms is not None:
+            metrics.ttft.labels(label).observe(ctx.ttft_ms / 1000)
+        metrics.tokens.labels(label, "in").inc(prompt)
+        metrics.tokens.labels(label, "cached").inc(cached)
+        metrics.tokens.labels(label, "out").inc(out)
+        metrics.cost.labels(label).inc(float(cost))
+        metrics.baseline.labels(label).inc(float(baseline))
+        if ctx.escalated:
+            metrics.escalations.labels("upstream_failure").inc()
+    ctx.telemetry["cost_usd"] = cost
+    return {
+        "request_id": ctx.request_id, "at": datetime.now(timezone.utc).isoformat(),
+        "tenant_id": ctx.tenant["id"], "workflow": ctx.workflow_signature,
+        "workflow_name": ctx.workflow_name, "tier": tier_name,
+        "model": ctx.snapshot.served_model(tier) if served else "",
+        "status": ctx.status, "cache": ctx.cache, "prompt_tokens": prompt,
+        "cached_tokens": cached, "completion_tokens": out, "cost_usd": str(cost),
+        "baseline_cost_usd": str(baseline), "escalated": ctx.escalated,
+        "ttft_ms": record["token_and_latency_telemetry"]["time_to_first_token_ms"],
+        "latency_ms": round(latency_ms, 3), "payload": record,
+    }

@@ -1,0 +1,141 @@
+"""OpenAI-compatible upstream calls over one keep-alive pool per gateway process."""
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+import orjson
+
+HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
+                        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
+                        "upgrade"})
+# Never forwarded up: the tenant's Sluice key, our own controls, framing we recompute.
+_DROP_UP = frozenset({"host", "authorization", "content-length", "cookie", "accept-encoding",
+                      "x-request-id"})
+_DROP_DOWN = frozenset({"content-length", "content-encoding", "server", "date"})
+RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+def strip_hop_by_hop(headers: dict[str, str]) -> dict[str, str]:
+    """Remove RFC 9110 hop-by-hop headers, including any the Connection header lists."""
+    listed = {h.strip().lower() for h in headers.get("connection", "").split(",") if h.strip()}
+    return {k: v for k, v in headers.items() if k not in HOP_BY_HOP and k not in listed}
+
+
+def upstream_request_headers(client_headers: dict[str, str], request_id: str,
+                             api_key: str | None) -> dict[str, str]:
+    out = {k: v for k, v in strip_hop_by_hop(client_headers).items()
+           if k not in _DROP_UP and not k.startswith("x-sluice-")}
+    out["content-type"] = "application/json"
+    out["accept-encoding"] = "identity"
+    out["x-request-id"] = request_id
+    if api_key:
+        out["authorization"] = f"Bearer {api_key}"
+    return out
+
+
+def downstream_headers(upstream_headers: httpx.Headers) -> dict[str, str]:
+    return {k: v for k, v in strip_hop_by_hop({k.lower(): v for k, v in
+                                               upstream_headers.items()}).items()
+            if k not in _DROP_DOWN}
+
+
+def chat_url(base: str) -> str:
+    base = base.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+
+
+class UpstreamError(Exception):
+    """An upstream failed before the client saw a byte; ``retryable`` decides failover."""
+
+    def __init__(self, message: str, *, kind: str, status: int = 0, body: bytes = b"",
+                 headers: httpx.Headers | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind          # connect | timeout | status | protocol
+        self.status = status
+        self.body = body
+        self.headers = headers
+        self.retryable = kind != "status" or status in RETRY_STATUSES
+
+
+class Upstream:
+    """One httpx.AsyncClient with pooled keep-alive connections, plus passive ejection:
+    a replica that just failed is skipped by new requests for ``eject_s`` seconds."""
+
+    def __init__(self, *, max_connections: int = 1024, keepalive: int = 256,
+                 eject_s: float = 5.0) -> None:
+        self.client = httpx.AsyncClient(
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=keepalive, keepalive_expiry=60),
+            timeout=None, follow_redirects=False, trust_env=False)
+        self.eject_s = eject_s
+        self._ejected: dict[str, float] = {}
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    def eject(self, url: str) -> None:
+        self._ejected[url] = time.monotonic() + self.eject_s
+
+    def is_ejected(self, url: str) -> bool:
+        until = self._ejected.get(url)
+        if until is None:
+            return False
+        if until < time.monotonic():
+            self._ejected.pop(url, None)
+            return False
+        return True
+
+    @staticmethod
+    def api_key(tier: dict) -> str | None:
+        """Read at call time so a rotated key needs no snapshot."""
+        name = tier.get("api_key_env") or ""
+        return os.environ.get(name) if name else None
+
+    async def open(self, url: str, headers: dict[str, str], body: dict,
+                   timeout_s: float, stream: bool) -> httpx.Response:
+        """Send the request and return a response whose status is 2xx and, when
+        streaming, whose first chunk has arrived (``response.sluice_first``).
+        Raises UpstreamError for anything that fails before that."""
+        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
+        req = self.client.build_request("POST", url, content=orjson.dumps(body),
+                                        headers=headers, timeout=timeout)
+        try:
+            resp = await self.client.send(req, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(f"upstream timed out: {exc!r}", kind="timeout") from exc
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"upstream unreachable: {exc!r}", kind="connect") from exc
+        try:
+            if resp.status_code >= 300:
+                data = await resp.aread()
+                raise UpstreamError(f"upstream answered {resp.status_code}", kind="status",
+                                    status=resp.status_code, body=data, headers=resp.headers)
+            if stream:
+                it = resp.aiter_bytes()
+                first = b""
+                while not first:
+                    first = await it.__anext__()
+                resp.sluice_first = first
+                resp.sluice_iter = it
+            else:
+                await resp.aread()
+            return resp
+        except UpstreamError:
+            await resp.aclose()
+            raise
+        except StopAsyncIteration as exc:
+            await resp.aclose()
+            raise UpstreamError("upstream closed before the first byte",
+                                kind="protocol") from exc
+        except httpx.TimeoutException as exc:
+            await resp.aclose()
+            raise UpstreamError(f"upstream timed out before the first byte: {exc!r}",
+                                kind="timeout") from exc
+        except httpx.TransportError as exc:
+            await resp.aclose()
+            raise UpstreamError(f"upstream failed before the first byte: {exc!r}",
+                                kind="protocol") from exc

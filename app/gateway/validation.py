@@ -1,0 +1,102 @@
+"""Checks on a chat completion body, each failure naming its field (OpenAI ``param``)."""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from app.gateway.errors import bad_request
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+_NUMBERS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
+            "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"We could not parse the JSON body of your request: {exc}",
+                          code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request("The request body must be a JSON object.", code="invalid_json")
+    return body
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_messages(messages: Any) -> None:
+    if messages is None:
+        raise bad_request("Missing required parameter: 'messages'.", "messages",
+                          "missing_required_parameter")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty array.", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad_request(f"messages[{i}] must be an object.", f"messages[{i}]")
+        role = m.get("role")
+        if role not in ROLES:
+            raise bad_request(f"Invalid value for 'messages[{i}].role': {role!r}.",
+                              f"messages[{i}].role")
+        content = m.get("content")
+        if content is None and role == "assistant" and (m.get("tool_calls")
+                                                        or m.get("function_call")):
+            continue
+        if not isinstance(content, (str, list)):
+            raise bad_request(f"Invalid type for 'messages[{i}].content': expected a string "
+                              "or an array of content parts.", f"messages[{i}].content",
+                              "invalid_type")
+
+
+def check_chat_body(body: dict[str, Any], max_tokens_cap: int) -> None:
+    """Raise a 400 GatewayError for the first invalid field; clamps max tokens to the cap."""
+    model = body.get("model")
+    if model is None:
+        raise bad_request("Missing required parameter: 'model'.", "model",
+                          "missing_required_parameter")
+    if not isinstance(model, str) or not model:
+        raise bad_request("'model' must be a non-empty string.", "model", "invalid_type")
+    _check_messages(body.get("messages"))
+    if "stream" in body and body["stream"] is not None and not isinstance(body["stream"], bool):
+        raise bad_request("'stream' must be a boolean.", "stream", "invalid_type")
+    opts = body.get("stream_options")
+    if opts is not None:
+        if not isinstance(opts, dict):
+            raise bad_request("'stream_options' must be an object.", "stream_options",
+                              "invalid_type")
+        if not body.get("stream"):
+            raise bad_request("'stream_options' is only allowed when 'stream' is true.",
+                              "stream_options")
+    for name, (lo, hi) in _NUMBERS.items():
+        v = body.get(name)
+        if v is not None and (not _is_number(v) or not lo <= v <= hi):
+            raise bad_request(f"Invalid '{name}': must be a number between {lo:g} and {hi:g}.",
+                              name, "invalid_value")
+    for name in ("max_tokens", "max_completion_tokens"):
+        v = body.get(name)
+        if v is None:
+            continue
+        if not _is_int(v) or v < 1:
+            raise bad_request(f"Invalid '{name}': must be a positive integer.", name)
+        if v > max_tokens_cap:
+            body[name] = max_tokens_cap
+    n = body.get("n")
+    if n is not None and (not _is_int(n) or not 1 <= n <= 128):
+        raise bad_request("Invalid 'n': must be an integer between 1 and 128.", "n")
+    if body.get("logprobs") is not None and not isinstance(body["logprobs"], bool):
+        raise bad_request("'logprobs' must be a boolean.", "logprobs", "invalid_type")
+    top = body.get("top_logprobs")
+    if top is not None and (not _is_int(top) or not 0 <= top <= 20):
+        raise bad_request("Invalid 'top_logprobs': must be an integer between 0 and 20.",
+                          "top_logprobs")
+    fmt = body.get("response_format")
+    if fmt is not None and (not isinstance(fmt, dict) or fmt.get("type") not in
+                            ("text", "json_object", "json_schema")):
+        raise bad_request("Invalid 'response_format': type must be text, json_object or "
+                          "json_schema.", "response_format.type")

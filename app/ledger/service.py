@@ -1,0 +1,224 @@
+"""Ledger ingest: the gateway's Redis stream -> ``ledger_entries``, exactly once per request.
+
+Delivery is at least once (a consumer group; entries of a consumer that died before
+acking are claimed again with XAUTOCLAIM) and the insert is idempotent on the unique
+``request_id`` (ON CONFLICT DO NOTHING), so a crash anywhere neither loses a committed
+row nor counts one twice. Entries are acked (and deleted: the stream is a queue, the
+SQL ledger is the record) only after their batch committed.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Any, Callable
+
+import orjson
+import redis as redis_lib
+from flask import current_app
+
+from app.extensions import db
+from app.ledger.models import LedgerEntry
+from app.models_base import utcnow
+
+log = logging.getLogger(__name__)
+
+GROUP = "ledger-drain"
+FEEDBACK_GROUP = "ledger-feedback"
+FEEDBACK_MAX_ATTEMPTS = 20
+_COLUMNS = ("request_id", "tenant_id", "workflow", "tier", "model", "status", "cache",
+            "prompt_tokens", "cached_tokens", "completion_tokens", "escalated", "ttft_ms",
+            "latency_ms")
+
+
+def consumer_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _ensure_group(r: redis_lib.Redis, stream: str, group: str) -> None:
+    try:
+        r.xgroup_create(stream, group, id="0", mkstream=True)
+    except redis_lib.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def row_from_event(ev: dict[str, Any]) -> dict[str, Any]:
+    """A ledger_entries row from a gateway event (raises on a malformed one)."""
+    row = {c: ev[c] for c in _COLUMNS if c in ev}
+    row["request_id"] = str(ev["request_id"])[:64]
+    row["tenant_id"] = int(ev["tenant_id"])
+    row["workflow"] = str(ev.get("workflow") or "")[:64]
+    row["kind"] = "request"
+    row["cost_usd"] = Decimal(str(ev.get("cost_usd") or 0))
+    row["baseline_cost_usd"] = Decimal(str(ev.get("baseline_cost_usd") or 0))
+    row["at"] = datetime.fromisoformat(ev["at"]) if ev.get("at") else utcnow()
+    row["payload"] = ev.get("payload") or {}
+    return row
+
+
+def _insert_ignore(rows: list[dict]) -> int:
+    """Insert rows, skipping request_ids already present; returns rows inserted."""
+    if not rows:
+        return 0
+    dialect = db.session.get_bind().dialect.name
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    stmt = insert(LedgerEntry).on_conflict_do_nothing(index_elements=["request_id"])
+    result = db.session.execute(stmt.returning(LedgerEntry.request_id), rows)
+    return len(result.all())
+
+
+def _read(r, stream: str, group: str, consumer: str, count: int, min_idle_ms: int,
+          block_ms: int | None) -> list[tuple[bytes, dict]]:
+    """Stale pending entries of dead consumers first, then new ones."""
+    _, claimed, _deleted = r.xautoclaim(stream, group, consumer, min_idle_time=min_idle_ms,
+                                        start_id="0-0", count=count)
+    entries = [(i, f) for i, f in claimed if f]
+    if len(entries) < count:
+        got = r.xreadgroup(group, consumer, {stream: ">"}, count=count - len(entries),
+                           block=block_ms)
+        for _stream, items in got or []:
+            entries.extend((i, f) for i, f in items if f)
+    return entries
+
+
+def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, list]:
+    """Ensure workflows and insert rows in the open transaction; returns (inserted, bad)."""
+    from app.tenants.models import Tenant
+    from app.workflows.service import ensure_workflows
+
+    rows: dict[str, dict] = {}
+    names: dict[tuple[int, str], str] = {}
+    bad = []
+    for entry_id, fields in entries:
+        try:
+            ev = orjson.loads(fields[b"e"])
+            row = row_from_event(ev)
+        except Exception as exc:  # noqa: BLE001 - a poison entry must not block the stream
+            log.error("ledger entry %s is malformed (%s); moved aside", entry_id, exc)
+            bad.append((entry_id, fields))
+            continue
+        rows.setdefault(row["request_id"], row)
+        if row["workflow"]:
+            names.setdefault((row["tenant_id"], row["workflow"]), ev.get("workflow_name") or "")
+    tenants = {t for t, _ in names}
+    live = set(db.session.scalars(db.select(Tenant.id).where(Tenant.id.in_(tenants)))) \
+        if tenants else set()
+    ensure_workflows({p for p in names if p[0] in live}, names)
+    return _insert_ignore(list(rows.values())), bad
+
+
+def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
+                 consumer: str | None = None, min_idle_ms: int = 30_000,
+                 block_ms: int | None = None,
+                 on_committed: Callable[[list[bytes]], None] | None = None) -> int:
+    """Move up to ``max_batches`` batches from the stream into SQL; returns rows inserted.
+
+    ``min_idle_ms``: how long an entry must sit unacked with another consumer before it
+    is taken over (a consumer that died mid-batch). ``on_committed`` sees each batch's
+    entry ids after the commit and before the ack (observability, crash tests).
+    """
+    from app.redis_client import get_redis, keys
+    r, k = get_redis(), keys()
+    stream, dead = k.k("ledger", "stream"), k.k("ledger", "dead")
+    consumer = consumer or consumer_name()
+    count = batch_size or int(current_app.config.get("LEDGER_BATCH_SIZE") or 500)
+    _ensure_group(r, stream, GROUP)
+    total = 0
+    for _ in range(max_batches):
+        entries = _read(r, stream, GROUP, consumer, count, min_idle_ms, block_ms)
+        if not entries:
+            break
+        try:
+            inserted, bad = _write_batch(entries)
+            db.session.commit()
+        except Exception:
+            db.session.rollback()
+            raise
+        ids = [i for i, _ in entries]
+        if on_committed is not None:
+            on_committed(ids)
+        pipe = r.pipeline()
+        for entry_id, fields in bad:
+            pipe.xadd(dead, fields)
+        pipe.xack(stream, GROUP, *ids)
+        pipe.xdel(stream, *ids)
+        pipe.execute()
+        total += inserted
+    total_fb = drain_feedback(max_batches=max_batches, batch_size=count, consumer=consumer,
+                              min_idle_ms=min_idle_ms)
+    if total or total_fb:
+        log.info("ledger drain: %d rows, %d feedback", total, total_fb)
+    return total
+
+
+def _apply_feedback(ev: dict) -> bool:
+    """Put the verdict on the request's ledger row; False when the row is not there yet."""
+    entry = db.session.scalar(db.select(LedgerEntry).where(
+        LedgerEntry.request_id == ev["request_id"], LedgerEntry.tenant_id == ev["tenant_id"]))
+    if entry is None:
+        return False
+    payload = dict(entry.payload or {})
+    payload["feedback"] = {"pass": ev["pass"], "note": ev.get("note", ""), "at": ev.get("at")}
+    entry.payload = payload
+    return True
+
+
+def drain_feedback(max_batches: int = 20, *, batch_size: int = 500, consumer: str | None = None,
+                   min_idle_ms: int = 30_000) -> int:
+    """Copy feedback verdicts onto ledger rows. A verdict that arrives before its row
+    waits in ``<ns>:ledger:feedback_retry`` (the shared feedback stream other readers
+    use is never written here) for up to FEEDBACK_MAX_ATTEMPTS drains."""
+    from app.gateway.feedback import STREAM
+    from app.redis_client import get_redis, keys
+    r, k = get_redis(), keys()
+    retry_stream = k.k("ledger", "feedback_retry")
+    consumer = consumer or consumer_name()
+    applied = 0
+    for stream in (k.k(*STREAM), retry_stream):
+        _ensure_group(r, stream, FEEDBACK_GROUP)
+        for _ in range(max_batches):
+            entries = _read(r, stream, FEEDBACK_GROUP, consumer, batch_size, min_idle_ms, None)
+            if not entries:
+                break
+            retry = []
+            for entry_id, fields in entries:
+                try:
+                    ev = orjson.loads(fields[b"e"])
+                    ok = _apply_feedback(ev)
+                except Exception as exc:  # noqa: BLE001
+                    log.error("feedback entry %s is malformed: %s", entry_id, exc)
+                    continue
+                if ok:
+                    applied += 1
+                elif int(ev.get("attempts", 0)) < FEEDBACK_MAX_ATTEMPTS:
+                    retry.append({**ev, "attempts": int(ev.get("attempts", 0)) + 1})
+                else:
+                    log.warning("feedback for %s dropped: no ledger row", ev.get("request_id"))
+            db.session.commit()
+            ids = [i for i, _ in entries]
+            pipe = r.pipeline()
+            for ev in retry:
+                pipe.xadd(retry_stream, {"e": orjson.dumps(ev)})
+            pipe.xack(stream, FEEDBACK_GROUP, *ids)
+            if stream == retry_stream:
+                pipe.xdel(stream, *ids)
+            pipe.execute()
+            if stream == retry_stream:
+                break  # one pass per drain: what is still early waits for the next one
+    return applied
+
+
+def recent_entries(tenant_id: int | None = None, *, since: timedelta | None = None,
+                   limit: int = 100) -> list[LedgerEntry]:
+    q = db.select(LedgerEntry).order_by(LedgerEntry.id.desc()).limit(limit)
+    if tenant_id is not None:
+        q = q.where(LedgerEntry.tenant_id == tenant_id)
+    if since is not None:
+        q = q.where(LedgerEntry.at >= datetime.now(timezone.utc) - since)
+    return list(db.session.scalars(q))

@@ -1,0 +1,129 @@
+"""A small OpenAI-compatible chat server for gateway tests: deterministic content,
+streaming with usage, logprobs, and directives in the last user message:
+
+``[[status:503]]`` answer that status; ``[[delay:200]]`` wait ms before answering;
+``[[chunk-delay:50]]`` wait ms between stream chunks; ``[[drop-after:2]]`` send two
+content chunks then cut the connection.
+
+Content does not depend on the replica (the ``x-fake-replica`` header says which one
+answered). ``cached_tokens`` = the system prompt's words when this replica saw that
+system prompt before (an engine prefix cache stand-in). ``GET /stats`` counts requests.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+_DIRECTIVE = re.compile(r"\[\[([a-z-]+):(\d+)\]\]")
+
+
+def _text(content) -> str:
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def answer_words(messages: list[dict]) -> list[str]:
+    last = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    words = _DIRECTIVE.sub("", last).split()[:12]
+    return ["Echo:"] + words if words else ["Echo."]
+
+
+def create_fake(name: str = "fake") -> Starlette:
+    seen_prefixes: set[str] = set()
+    stats = {"requests": 0, "last_headers": {}, "last_body": None}
+
+    async def chat(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        stats["requests"] += 1
+        stats["last_headers"] = dict(request.headers)
+        stats["last_body"] = body
+        messages = body.get("messages") or []
+        last = _text(next((m.get("content") for m in reversed(messages)
+                           if m.get("role") == "user"), ""))
+        ctl = {k: int(v) for k, v in _DIRECTIVE.findall(last)}
+        if ctl.get("delay"):
+            await asyncio.sleep(ctl["delay"] / 1000)
+        if ctl.get("status"):
+            return Response(orjson.dumps({"error": {"message": f"fake {ctl['status']}",
+                                                    "type": "server_error", "param": None,
+                                                    "code": None}}),
+                            status_code=ctl["status"], media_type="application/json")
+        system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
+        prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
+        cached = len(system.split()) if system and system in seen_prefixes else 0
+        if system:
+            seen_prefixes.add(system)
+        words = answer_words(messages)
+        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1000
+        words = words[:max_tokens]
+        finish = "stop" if len(answer_words(messages)) <= max_tokens else "length"
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
+                 "total_tokens": prompt_tokens + len(words),
+                 "prompt_tokens_details": {"cached_tokens": cached}}
+        cid, created, model = f"chatcmpl-{stats['requests']}", int(time.time()), body.get("model")
+        headers = {"x-fake-replica": name}
+        want_lp = bool(body.get("logprobs"))
+        top_n = int(body.get("top_logprobs") or 0)
+
+        def lp(tok: str) -> dict:
+            return {"content": [{"token": tok, "logprob": -0.05, "bytes": list(tok.encode()),
+                                 "top_logprobs": [{"token": tok, "logprob": -0.05,
+                                                   "bytes": list(tok.encode())},
+                                                  {"token": "x", "logprob": -3.0,
+                                                   "bytes": [120]}][:top_n]}]}
+
+        if not body.get("stream"):
+            content = " ".join(words)
+            return Response(orjson.dumps({
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "system_fingerprint": "fp_fake",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "logprobs": lp(content) if want_lp else None,
+                             "finish_reason": finish}],
+                "usage": usage}), media_type="application/json", headers=headers)
+
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
+        def chunk(delta: dict, finish_reason=None, logprobs=None, **extra) -> bytes:
+            obj = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                   "model": model, "system_fingerprint": "fp_fake",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": logprobs,
+                                "finish_reason": finish_reason}], **extra}
+            if include_usage:
+                obj.setdefault("usage", None)
+            return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+        async def gen():
+            yield chunk({"role": "assistant", "content": ""})
+            for i, w in enumerate(words):
+                if ctl.get("chunk-delay"):
+                    await asyncio.sleep(ctl["chunk-delay"] / 1000)
+                if "drop-after" in ctl and i >= ctl["drop-after"]:
+                    raise ConnectionAbortedError("fake upstream cut the stream")
+                tok = w if i == 0 else " " + w
+                yield chunk({"content": tok}, logprobs=lp(tok) if want_lp else None)
+            yield chunk({}, finish_reason=finish)
+            if include_usage:
+                yield b"data: " + orjson.dumps({"id": cid, "object": "chat.completion.chunk",
+                                                "created": created, "model": model,
+                                                "choices": [], "usage": usage}) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
+
+    async def stats_view(request: Request) -> Response:
+        return Response(orjson.dumps(stats), media_type="application/json")
+
+    async def health(request: Request) -> Response:
+        return Response(b"ok")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"]),
+                             Route("/stats", stats_view), Route("/health", health)])
