@@ -71,7 +71,7 @@ def register_blueprints(app: Flask) -> None:
     # Console areas; each module exposes ``bp``. Area JSON routes live under /api/v1/<area>
     # on a second blueprint ``api_bp`` when the module has one.
     for name in ("app.auth.views", "app.console.views", "app.pools.views",
-                 "app.drills.views", "app.finops.views"):
+                 "app.drills.views", "app.finops.views", "app.router.views"):
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)
         if hasattr(module, "api_bp"):
@@ -95,7 +95,8 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(drill_cli)
     # Each area's cli module adds its drills to ``drill_cli`` on import and returns its
     # own groups (sim, minify, engine ...) from ``groups()``.
-    for name in ("app.cache.cli", "app.routing.cli", "app.minify.cli", "app.engine.cli"):
+    for name in ("app.cache.cli", "app.routing.cli", "app.minify.cli", "app.engine.cli",
+                 "app.router.cli"):
         module = importlib.import_module(name)
         for group in getattr(module, "groups", lambda: [])():
             app.cli.add_command(group)

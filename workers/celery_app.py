@@ -31,8 +31,13 @@ def celery_init_app(app: Flask) -> Celery:
         "beat_schedule": {
             "snapshot-publish": {"task": "snapshot.publish", "schedule": 60.0},
             "ledger-drain": {"task": "ledger.drain", "schedule": 2.0},
+            # Fan out to each node's queue pool.<node>; run workers there with
+            # ``-Q pool.<node>`` (SLUICE_NODE names the node).
+            "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
+            "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
         },
-        "imports": ["workers.tasks.snapshot", "workers.tasks.ledger"],
+        "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.router",
+                    "workers.tasks.pools"],
     }
     settings.update(app.config.get("CELERY") or {})
     celery = Celery(app.name, task_cls=FlaskTask)

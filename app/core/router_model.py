@@ -26,7 +26,7 @@ PARAMS_FORMAT = "sluice-router/1"
 S01_DEFAULT_TIER2 = "S01_DEFAULT_TIER2"
 DEFAULT_TIER_RANK = 2
 ROUTED = "router"
-TAU_GRID = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 21)) + (1.01,)  # 1.01: tier off
+TAU_GRID = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 21))  # policy bounds: 0..1
 
 
 @dataclass(frozen=True)
