@@ -111,22 +111,27 @@ class _Candidates:
                     yield cand
 
     def get(self, i: int) -> str | None:
-        while i >= len(self.items):
-            nxt = next(self._more, None)
-            if nxt is None:
-                return None
-            self.items.append(nxt)
+        if i < len(self.items):
+            return self.items[i]
+        with _candidates_lock:
+            while i >= len(self.items):
+                nxt = next(self._more, None)
+                if nxt is None:
+                    return None
+                self.items.append(nxt)
         return self.items[i]
 
 
 _CANDIDATES: dict[str, _Candidates] = {}
+_candidates_lock = threading.RLock()
 
 
 def _candidates_for(counter: TokenCounter | None) -> _Candidates:
     name = counter.name if counter is not None else ""
-    if name not in _CANDIDATES:
-        _CANDIDATES[name] = _Candidates(counter)
-    return _CANDIDATES[name]
+    with _candidates_lock:
+        if name not in _CANDIDATES:
+            _CANDIDATES[name] = _Candidates(counter)
+        return _CANDIDATES[name]
 
 
 def _keep(key: str, counter: TokenCounter | None) -> bool:

@@ -31,3 +31,14 @@ def test_report_lines_and_bad_file(runner, tmp_path):
     cases.write_text('{"schema": {}}\n')
     result = runner.invoke(args=["minify", "report", "--cases", str(cases)])
     assert result.exit_code != 0
+
+
+def test_bench_corpus_roundtrips(runner):
+    import os
+    corpus = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "data",
+                          "minify_corpus.jsonl")
+    result = runner.invoke(args=["minify", "report", "--cases", corpus, "--json"])
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.output)
+    assert totals["cases"] >= 20 and totals["roundtrip_ok"] is True
+    assert totals["tokens_after"] < totals["tokens_before"]

@@ -181,3 +181,25 @@ def test_tokenizer_candidates_are_single_tokens():
     aliases = [a for _, _, a in keymap.renames]
     assert len(set(aliases)) == 60
     assert all(counter.count(a) == 1 for a in aliases)
+
+
+def test_root_array_and_prefix_items():
+    schema = {"type": "array", "items": obj(
+        shipment_tracking_code=S,
+        package_dimensions={"type": "array", "prefixItems": [
+            obj(length_in_centimeters={"type": "number"}), obj(weight_in_kilograms={"type": "number"})]})}
+    _, _, small = roundtrip(schema, [{"shipment_tracking_code": "1Z",
+                                      "package_dimensions": [{"length_in_centimeters": 3},
+                                                             {"weight_in_kilograms": 2}]}])
+    # prefixItems share one location: their keys get distinct aliases
+    assert small == [{"a": "1Z", "b": [{"a": 3}, {"b": 2}]}]
+
+
+def test_keys_already_one_token_are_kept_with_a_real_tokenizer():
+    from app.minify.tokens import get_counter
+    counter = get_counter("cl100k_base")
+    schema = obj(status=S, extracted_customer_name=S)
+    _, keymap = minify_schema(schema, tokenizer=counter)
+    assert keymap.renames == (("$", "extracted_customer_name", "a"),)
+    assert minify_json({"status": "x", "extracted_customer_name": "y"}, keymap) == {
+        "status": "x", "a": "y"}
