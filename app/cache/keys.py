@@ -1,0 +1,108 @@
+"""Cache keys: what two requests must share to get the same answer. Pure."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from app.cache.embedding import semantic_text
+from app.core.entities import EntityProfile, entity_profile
+
+# Body fields that change the answer (besides messages and the model).
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "max_tokens", "max_completion_tokens", "n",
+                   "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
+                   "logprobs", "top_logprobs", "tools", "tool_choice", "functions",
+                   "response_format", "parallel_tool_calls", "reasoning_effort")
+OPENAI_DEFAULT_TEMPERATURE = 1.0
+
+
+def _h(obj: Any) -> str:
+    raw = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str, ensure_ascii=False)
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def policy_hash(policy: Mapping[str, Any]) -> str:
+    return _h(dict(policy))[:16]
+
+
+def schema_version(schema: Any) -> str:
+    """A stable id for the response schema ("" when none was asked)."""
+    if schema in (None, "", {}):
+        return ""
+    if isinstance(schema, str):
+        return schema
+    return _h(schema)[:16]
+
+
+def _norm_messages(messages: Sequence[dict]) -> list[dict]:
+    out = []
+    for m in messages or ():
+        content = m.get("content")
+        if isinstance(content, str):
+            content = " ".join(content.split())
+        out.append({k: (content if k == "content" else v) for k, v in sorted(m.items())})
+    return out
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    tenant_id: str
+    policy_hash: str
+    schema_version: str
+    model: str
+    exact_hash: str         # the whole request: exact-cache key
+    history_hash: str       # every turn before the last user turn
+    text: str               # what is embedded
+    profile: EntityProfile
+
+    @property
+    def composite(self) -> str:
+        """Semantic candidates must share this exactly before any vector math."""
+        return _h([self.tenant_id, self.policy_hash, self.schema_version, self.model,
+                   self.history_hash, self.profile.signature_hash])[:32]
+
+
+def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mapping[str, Any],
+              messages: Sequence[dict] | None = None, schema: Any = None) -> CacheKey:
+    """``messages`` defaults to ``body["messages"]``; ``schema`` to ``body["response_format"]``."""
+    messages = list(body.get("messages") or []) if messages is None else list(messages)
+    if schema is None:
+        schema = body.get("response_format")
+    sampling = {f: body[f] for f in SAMPLING_FIELDS if f in body and f != "response_format"}
+    sampling.setdefault("temperature", OPENAI_DEFAULT_TEMPERATURE)
+    ph, sv, tenant = policy_hash(policy), schema_version(schema), str(tenant_id)
+    norm = _norm_messages(messages)
+    last_user = max((i for i, m in enumerate(norm) if m.get("role") == "user"), default=len(norm))
+    exact = _h([tenant, ph, sv, model, sampling, norm])
+    history = _h([norm[:last_user], sampling])
+    text = semantic_text(messages)
+    return CacheKey(tenant, ph, sv, model, exact, history, text, entity_profile(text))
+
+
+def is_cacheable_request(body: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:
+    """Cache only deterministic-enough requests: cache on, temperature within the policy's
+    bound (an absent temperature is OpenAI's default 1.0), one choice."""
+    if not policy.get("cache_enabled", True):
+        return False
+    temp = body.get("temperature")
+    temp = OPENAI_DEFAULT_TEMPERATURE if temp is None else float(temp)
+    return temp <= float(policy.get("cache_max_temperature", 0.0)) and int(body.get("n") or 1) == 1
+
+
+def is_cacheable_response(response: Mapping[str, Any], *, schema_valid: bool | None = None,
+                          negative_feedback: bool = False) -> bool:
+    """Only complete answers: every choice stopped or hit the length limit, and carries content
+    or tool calls; a schema that was asked for validated (``schema_valid`` False refuses)."""
+    if negative_feedback or schema_valid is False or response.get("error"):
+        return False
+    choices = response.get("choices") or []
+    if not choices:
+        return False
+    for ch in choices:
+        if ch.get("finish_reason") not in ("stop", "length"):
+            return False
+        msg = ch.get("message") or {}
+        if not (msg.get("content") or msg.get("tool_calls")):
+            return False
+    return True

@@ -1,0 +1,40 @@
+"""The cache as the control plane uses it: the app's store, and audited invalidation."""
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app
+
+from app.audit.service import record
+from app.cache.store import CacheStore
+from app.errors import Forbidden
+from app.extensions import db
+from app.redis_client import get_redis
+
+
+def store_from_config(redis_client: Any, config: dict, *, with_qdrant: bool = True) -> CacheStore:
+    """A CacheStore for any process (the gateway passes its own Redis client and settings)."""
+    return CacheStore(redis_client, config.get("REDIS_NAMESPACE", "sluice"),
+                      qdrant_url=(config.get("QDRANT_URL") or "") if with_qdrant else "",
+                      qdrant_path=(config.get("QDRANT_PATH") or "") if with_qdrant else "")
+
+
+def get_store() -> CacheStore:
+    """The app's store, built once per app."""
+    store = current_app.extensions.get("cache_store")
+    if store is None:
+        store = store_from_config(get_redis(), current_app.config)
+        current_app.extensions["cache_store"] = store
+    return store
+
+
+def invalidate_cache(user, tenant_id: int | None = None, workflow: str | None = None) -> int:
+    """Drop cached answers of a tenant, a workflow, or (global users only) everything."""
+    scope = tenant_id if tenant_id is not None else getattr(user, "tenant_id", None)
+    if not user.can("cache.invalidate", scope):
+        raise Forbidden("you may not invalidate this cache")
+    removed = get_store().invalidate(tenant_id=scope, workflow=workflow or None)
+    record(user, "cache.invalidate", "cache", scope or "all", tenant_id=scope,
+           after={"tenant_id": scope, "workflow": workflow or None, "removed": removed})
+    db.session.commit()
+    return removed

@@ -1,0 +1,312 @@
+"""Exact + semantic response cache.
+
+Layout (all under ``<namespace>:cache``):
+
+- ``x:<tenant>:<exact_hash>``  the cached response (JSON), TTL per policy: the exact cache.
+- ``b:<tenant>:<composite>``   Redis hash, field request_id -> packed (meta JSON + float32
+  vector): the semantic bucket. The composite key (tenant, policy, schema version, model,
+  conversation history, entity signature) must match exactly, so a lookup reads one small
+  bucket and does one numpy dot product; no scan over other tenants' or other entities'
+  vectors (qdrant-client local mode scans everything: ~83 ms at 10k points).
+- ``r:<request_id>``           where an entry lives, for eviction by feedback.
+- ``t:<tenant>`` / ``w:<tenant>:<workflow>``  request ids, for invalidation.
+
+Qdrant is the durable copy of the semantic index (write-through, payload filter on the
+composite key); it serves lookups only when Redis is unreachable. Every public method catches
+and logs: an outage is a miss, never an error.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from app.cache.keys import CacheKey
+from app.core.entities import EntityProfile, profiles_compatible
+
+log = logging.getLogger(__name__)
+
+BUCKET_CAP = 32
+COLLECTION = "sluice_semantic_cache"
+
+
+@dataclass
+class CacheHit:
+    kind: str                 # "exact" | "semantic"
+    similarity: float
+    response: dict
+    request_id: str           # the request whose answer is served
+    cached_at: float = 0.0
+
+
+@dataclass
+class CacheStore:
+    redis: Any
+    namespace: str = "sluice"
+    qdrant_url: str = ""
+    qdrant_path: str = ""
+    _qdrant: Any = field(default=None, repr=False)
+    _qdrant_failed: bool = field(default=False, repr=False)
+
+    # ---- keys -------------------------------------------------------------------------
+    def _k(self, *parts: object) -> str:
+        return ":".join([self.namespace, "cache", *map(str, parts)])
+
+    # ---- Qdrant (optional, lazy) --------------------------------------------------------
+    def qdrant(self) -> Any:
+        if self._qdrant is not None or self._qdrant_failed or not (self.qdrant_url or self.qdrant_path):
+            return self._qdrant
+        try:
+            from qdrant_client import QdrantClient, models
+            client = (QdrantClient(url=self.qdrant_url, timeout=2) if self.qdrant_url
+                      else QdrantClient(path=self.qdrant_path))
+            if not client.collection_exists(COLLECTION):
+                client.create_collection(COLLECTION, vectors_config=models.VectorParams(
+                    size=384, distance=models.Distance.COSINE))
+                for name in ("composite", "tenant", "workflow", "request_id"):
+                    client.create_payload_index(COLLECTION, name, "keyword")
+            self._qdrant = client
+        except Exception:  # a locked local path, a server down: run on Redis alone
+            log.warning("semantic cache: Qdrant unavailable, continuing without it", exc_info=True)
+            self._qdrant_failed = True
+        return self._qdrant
+
+    def close(self) -> None:
+        if self._qdrant is not None:
+            try:
+                self._qdrant.close()
+            except Exception:
+                log.debug("qdrant close failed", exc_info=True)
+            self._qdrant = None
+
+    # ---- lookup -----------------------------------------------------------------------
+    def lookup(self, key: CacheKey, embedding: np.ndarray | None, threshold: float) -> CacheHit | None:
+        """Exact hit first; then the best semantic candidate in the key's bucket whose entity
+        guard agrees and whose cosine is >= ``threshold``."""
+        try:
+            raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash))
+            if raw is not None:
+                entry = json.loads(raw)
+                return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
+                                entry.get("created", 0.0))
+            if embedding is None:
+                return None
+            return self._semantic_redis(key, embedding, threshold)
+        except Exception:
+            log.warning("cache lookup failed (Redis); trying Qdrant", exc_info=True)
+        try:
+            return self._semantic_qdrant(key, embedding, threshold) if embedding is not None else None
+        except Exception:
+            log.warning("cache lookup failed (Qdrant); treating as a miss", exc_info=True)
+            return None
+
+    def _semantic_redis(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
+        bucket = self._k("b", key.tenant_id, key.composite)
+        fields = self.redis.hgetall(bucket)
+        if not fields:
+            return None
+        now = time.time()
+        metas, vecs, stale = [], [], []
+        for rid, packed in fields.items():
+            meta, vec = _unpack(packed)
+            if meta["exp"] <= now:
+                stale.append(rid)
+                continue
+            if profiles_compatible(key.profile, EntityProfile.from_dict(meta["profile"])):
+                metas.append(meta)
+                vecs.append(vec)
+        if stale:
+            self.redis.hdel(bucket, *stale)
+        if not vecs:
+            return None
+        sims = np.stack(vecs) @ np.asarray(embedding, dtype=np.float32)
+        best = int(np.argmax(sims))
+        if float(sims[best]) < threshold:
+            return None
+        raw = self.redis.get(metas[best]["x"])
+        if raw is None:
+            return None
+        entry = json.loads(raw)
+        return CacheHit("semantic", float(sims[best]), entry["response"], entry["request_id"],
+                        entry.get("created", 0.0))
+
+    def _semantic_qdrant(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
+        client = self.qdrant()
+        if client is None:
+            return None
+        from qdrant_client import models
+        flt = models.Filter(must=[models.FieldCondition(key="composite",
+                                                        match=models.MatchValue(value=key.composite))])
+        points = client.query_points(COLLECTION, query=np.asarray(embedding).tolist(),
+                                     query_filter=flt, limit=8, with_payload=True,
+                                     score_threshold=threshold).points
+        now = time.time()
+        for p in points:
+            meta = p.payload or {}
+            if meta.get("exp", 0) > now and profiles_compatible(
+                    key.profile, EntityProfile.from_dict(meta["profile"])):
+                return CacheHit("semantic", float(p.score), meta["response"], meta["request_id"],
+                                meta.get("created", 0.0))
+        return None
+
+    # ---- store ------------------------------------------------------------------------
+    def store(self, key: CacheKey, embedding: np.ndarray | None, response: dict, request_id: str,
+              ttl_s: int, workflow: str | None = None) -> bool:
+        """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``."""
+        if ttl_s <= 0:
+            return False
+        now = time.time()
+        xkey = self._k("x", key.tenant_id, key.exact_hash)
+        bucket = self._k("b", key.tenant_id, key.composite)
+        entry = {"response": response, "request_id": request_id, "created": now,
+                 "workflow": workflow or ""}
+        ok = False
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(xkey, json.dumps(entry, separators=(",", ":")), ex=ttl_s)
+            pipe.set(self._k("r", request_id), json.dumps({"x": xkey, "b": bucket}), ex=ttl_s)
+            index_keys = [self._k("t", key.tenant_id)]
+            if workflow:
+                index_keys.append(self._k("w", key.tenant_id, workflow))
+            for ik in index_keys:
+                pipe.sadd(ik, request_id)
+                pipe.expire(ik, ttl_s, gt=True)
+                pipe.expire(ik, ttl_s, nx=True)
+            if embedding is not None:
+                meta = {"x": xkey, "exp": now + ttl_s, "created": now,
+                        "profile": key.profile.to_dict()}
+                pipe.hset(bucket, request_id, _pack(meta, embedding))
+                pipe.expire(bucket, ttl_s, gt=True)
+                pipe.expire(bucket, ttl_s, nx=True)
+                pipe.hlen(bucket)
+            res = pipe.execute()
+            if embedding is not None and res[-1] > BUCKET_CAP:
+                self._trim(bucket)
+            ok = True
+        except Exception:
+            log.warning("cache store failed (Redis)", exc_info=True)
+        if embedding is not None:
+            self._store_qdrant(key, embedding, entry, now + ttl_s, workflow)
+        return ok
+
+    def _trim(self, bucket: str) -> None:
+        fields = self.redis.hgetall(bucket)
+        by_age = sorted(fields, key=lambda rid: _unpack(fields[rid])[0]["created"])
+        drop = by_age[: len(by_age) - BUCKET_CAP]
+        if drop:
+            self.redis.hdel(bucket, *drop)
+
+    def _store_qdrant(self, key: CacheKey, embedding: np.ndarray, entry: dict, exp: float,
+                      workflow: str | None) -> None:
+        try:
+            client = self.qdrant()
+            if client is None:
+                return
+            from qdrant_client import models
+            payload = {**entry, "composite": key.composite, "tenant": key.tenant_id,
+                       "workflow": workflow or "", "exp": exp, "profile": key.profile.to_dict()}
+            client.upsert(COLLECTION, [models.PointStruct(
+                id=_point_id(entry["request_id"]), vector=np.asarray(embedding).tolist(),
+                payload=payload)])
+        except Exception:
+            log.warning("cache store failed (Qdrant)", exc_info=True)
+
+    # ---- eviction / invalidation -----------------------------------------------------------
+    def evict(self, request_id: str) -> bool:
+        """Drop the entry that answered ``request_id`` (feedback "fail" on a served hit)."""
+        found = False
+        try:
+            raw = self.redis.get(self._k("r", request_id))
+            if raw is not None:
+                loc = json.loads(raw)
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.delete(loc["x"], self._k("r", request_id))
+                pipe.hdel(loc["b"], request_id)
+                pipe.execute()
+                found = True
+        except Exception:
+            log.warning("cache evict failed (Redis)", exc_info=True)
+        self._qdrant_delete("request_id", request_id)
+        return found
+
+    def invalidate(self, tenant_id: Any = None, workflow: str | None = None) -> int:
+        """Drop a tenant's entries, one workflow's (within ``tenant_id`` when given), or all.
+        Returns how many entries were removed from Redis."""
+        try:
+            if tenant_id is None and workflow is None:
+                return self._delete_matching(self._k("*"))
+            if workflow is None:
+                n = self._evict_index(self._k("t", tenant_id))
+                n += self._delete_matching(self._k("b", tenant_id, "*"))
+                self._qdrant_delete("tenant", str(tenant_id))
+                return n
+            pattern = self._k("w", "*" if tenant_id is None else tenant_id, workflow)
+            n = sum(self._evict_index(k) for k in self._scan(pattern))
+            self._qdrant_delete("workflow", workflow, tenant_id)
+            return n
+        except Exception:
+            log.warning("cache invalidate failed", exc_info=True)
+            return 0
+        finally:
+            if tenant_id is None and workflow is None:
+                self._qdrant_delete(None, None)
+
+    def _scan(self, pattern: str) -> list[str]:
+        return [k.decode() if isinstance(k, bytes) else k
+                for k in self.redis.scan_iter(match=pattern, count=1000)]
+
+    def _delete_matching(self, pattern: str) -> int:
+        keys = self._scan(pattern)
+        for i in range(0, len(keys), 500):
+            self.redis.delete(*keys[i:i + 500])
+        return len(keys)
+
+    def _evict_index(self, index_key: str) -> int:
+        ids = [m.decode() if isinstance(m, bytes) else m for m in self.redis.smembers(index_key)]
+        n = 0
+        for rid in ids:
+            raw = self.redis.get(self._k("r", rid))
+            if raw is not None:
+                loc = json.loads(raw)
+                self.redis.delete(loc["x"], self._k("r", rid))
+                self.redis.hdel(loc["b"], rid)
+                n += 1
+        self.redis.delete(index_key)
+        return n
+
+    def _qdrant_delete(self, field_name: str | None, value: str | None, tenant_id: Any = None) -> None:
+        try:
+            client = self.qdrant()
+            if client is None:
+                return
+            from qdrant_client import models
+            if field_name is None:
+                client.delete(COLLECTION, models.FilterSelector(filter=models.Filter(must=[])))
+                return
+            must = [models.FieldCondition(key=field_name, match=models.MatchValue(value=value))]
+            if tenant_id is not None:
+                must.append(models.FieldCondition(key="tenant",
+                                                  match=models.MatchValue(value=str(tenant_id))))
+            client.delete(COLLECTION, models.FilterSelector(filter=models.Filter(must=must)))
+        except Exception:
+            log.warning("cache delete failed (Qdrant)", exc_info=True)
+
+
+def _pack(meta: dict, vec: np.ndarray) -> bytes:
+    head = json.dumps(meta, separators=(",", ":")).encode()
+    return struct.pack("<I", len(head)) + head + np.asarray(vec, dtype=np.float32).tobytes()
+
+
+def _unpack(packed: bytes) -> tuple[dict, np.ndarray]:
+    (n,) = struct.unpack_from("<I", packed)
+    return json.loads(packed[4:4 + n]), np.frombuffer(packed[4 + n:], dtype=np.float32)
+
+
+def _point_id(request_id: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"sluice-cache:{request_id}"))
