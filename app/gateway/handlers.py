@@ -99,7 +99,7 @@ def _sluice_headers(ctx: RequestContext, cost: bool) -> dict[str, str]:
          "x-sluice-tier": (ctx.tier or {}).get("name", "") if ctx.cache == "miss" else "",
          "x-sluice-workflow": ctx.workflow_signature}
     if cost and "cost_usd" in ctx.telemetry:
-        h["x-sluice-cost-usd"] = str(ctx.telemetry["cost_usd"])
+        h["x-sluice-cost-usd"] = f"{ctx.telemetry['cost_usd']:f}"
     return h
 
 
@@ -138,7 +138,9 @@ async def chat_completions(request: Request) -> Response:
         ctx.usage = ctx.response_json.get("usage") or {}
         gw.book(ctx)
         await _after(ctx, ctx.response_json)
-        return Response(ctx.response_bytes, media_type=JSON, headers=_sluice_headers(ctx, True))
+        headers = {**downstream_headers(ctx.upstream_headers), **_sluice_headers(ctx, True)}
+        headers.pop("content-type", None)
+        return Response(ctx.response_bytes, media_type=JSON, headers=headers)
     except Exception:
         log.exception("request %s failed", rid)
         if not streaming:

@@ -97,8 +97,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
             "time_to_first_token_ms": round(ctx.ttft_ms, 3) if ctx.ttft_ms is not None else None,
             "latency_ms": round(latency_ms, 3),
             "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": out,
-            "request_cost_usd": str(cost),
-            "baseline_frontier_equivalent_cost_usd": str(baseline),
+            "request_cost_usd": f"{cost:f}",
+            "baseline_frontier_equivalent_cost_usd": f"{baseline:f}",
         },
         "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
                      "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
@@ -125,8 +125,8 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
         "workflow_name": ctx.workflow_name, "tier": tier_name,
         "model": ctx.snapshot.served_model(tier) if served else "",
         "status": ctx.status, "cache": ctx.cache, "prompt_tokens": prompt,
-        "cached_tokens": cached, "completion_tokens": out, "cost_usd": str(cost),
-        "baseline_cost_usd": str(baseline), "escalated": ctx.escalated,
+        "cached_tokens": cached, "completion_tokens": out, "cost_usd": f"{cost:f}",
+        "baseline_cost_usd": f"{baseline:f}", "escalated": ctx.escalated,
         "ttft_ms": record["token_and_latency_telemetry"]["time_to_first_token_ms"],
         "latency_ms": round(latency_ms, 3), "payload": record,
     }
