@@ -43,6 +43,11 @@ class StreamExpander:
     def best_effort(self) -> bool:
         return bool(self.problems)
 
+    @property
+    def holding_key(self) -> bool:
+        """True while the content of an unfinished object key is held back."""
+        return self._mode == 2
+
     def feed(self, chunk: str) -> str:
         if self._closed:
             raise ValueError("feed() after close()")

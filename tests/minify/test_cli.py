@@ -42,3 +42,15 @@ def test_bench_corpus_roundtrips(runner):
     totals = json.loads(result.output)
     assert totals["cases"] >= 20 and totals["roundtrip_ok"] is True
     assert totals["tokens_after"] < totals["tokens_before"]
+
+
+def test_ledger_savings_fields():
+    from app.minify.savings import output_token_savings
+    small = '{"a":"Revenue Operations"}'
+    full = '{"extracted_customer_organization_department_name":"Revenue Operations"}'
+    fields = output_token_savings(small, full, "cl100k_base")
+    assert fields["minified_schema_tokens_generated"] == 6
+    assert fields["raw_schema_output_tokens_equivalent"] == 11
+    assert fields["output_token_reduction_pct"] == 45.5
+    assert output_token_savings(small, full, "cl100k_base", generated_tokens=7)[
+        "raw_schema_output_tokens_equivalent"] == 12

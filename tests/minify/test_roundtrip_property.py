@@ -73,3 +73,26 @@ def test_minify_is_deterministic_per_schema(data):
     again = minify_schema(json.loads(json.dumps(schema)))
     assert first[0] == again[0]
     assert first[1].renames == again[1].renames
+
+
+@SETTINGS
+@given(data=st.data())
+def test_stream_output_only_grows_and_holds_back_at_most_one_key(data):
+    schema = data.draw(schemas())
+    obj = data.draw(instance(schema))
+    _, keymap = minify_schema(schema)
+    text = json.dumps(minify_json(obj, keymap), ensure_ascii=data.draw(st.booleans()))
+    final = expand_json(text, keymap)
+    pieces = chunked(text, data.draw(st.lists(st.integers(0, 10_000), max_size=30)))
+    ex = StreamExpander(keymap)
+    emitted = ""
+    consumed = ""
+    for piece in pieces:
+        emitted += ex.feed(piece)
+        consumed += piece
+        assert final.startswith(emitted)
+        if ex.holding_key:  # only the inside of the unfinished key is held back
+            assert emitted.endswith('"')
+        else:  # everything fed so far is out
+            assert emitted[-1:] == consumed[-1:]
+    assert emitted + ex.close() == final
