@@ -257,6 +257,22 @@ def _build(schema: Any, counter: TokenCounter | None, options: MinifyOptions,
         compiled[c] = [(p, r) for p in pats.get(c, ()) if (r := _compile(p)) is not None]
         aliases[c] = _assign(keys.get(c, []), [r for _, r in compiled[c]], counter)
 
+    nodes, renames, seen_alias, ambiguous = _node_graph(an, aliases, compiled)
+    root = nodes[cls.find(an.var[id(schema)])] if isinstance(schema, dict) else Node("$")
+    word_map = _word_map(renames)
+    keymap = KeyMap(root=root, tokenizer=counter.name if counter is not None else "",
+                    schema_hash=digest, renames=tuple(renames), fallback=seen_alias,
+                    ambiguous=frozenset(ambiguous), word_map=word_map)
+    from app.core.minify_rewrite import SchemaRewriter
+    rewriter = SchemaRewriter(schema, an, aliases, nodes, options)
+    return rewriter.rewrite(schema), keymap
+
+
+def _node_graph(an: Analysis, aliases: dict[int, dict[str, str]],
+                compiled: dict[int, list[tuple[str, re.Pattern]]]):
+    """One Node per location class, linked like the classes; plus the renames, the
+    alias -> original fallback (first seen) and the aliases that mean different keys."""
+    cls = an.classes
     nodes: dict[int, Node] = {}
     class_path: dict[int, str] = {}
     for s in an.order:
@@ -291,15 +307,7 @@ def _build(schema: Any, counter: TokenCounter | None, options: MinifyOptions,
         node.patterns = tuple((r, node_of(labels[("pp", p)]) if ("pp", p) in labels else None)
                               for p, r in compiled.get(c, ()))
 
-    root = node_of(an.var[id(schema)]) if isinstance(schema, dict) else Node("$")
-    word_map = _word_map(renames)
-    keymap = KeyMap(root=root, tokenizer=counter.name if counter is not None else "",
-                    schema_hash=digest, renames=tuple(renames), fallback=seen_alias,
-                    ambiguous=frozenset(ambiguous), word_map=word_map)
-    class_nodes = {c: n for c, n in nodes.items()}
-    from app.core.minify_rewrite import SchemaRewriter
-    rewriter = SchemaRewriter(schema, an, aliases, class_nodes, options)
-    return rewriter.rewrite(schema), keymap
+    return nodes, renames, seen_alias, ambiguous
 
 
 def _word_map(renames: list[tuple[str, str, str]]) -> dict[str, str]:
