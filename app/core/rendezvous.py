@@ -64,21 +64,34 @@ def load_bound(total_load: float, weight: float, total_weight: float, c: float) 
 
 def pick_replica(key: str, replicas: Sequence[ReplicaView],
                  loads: Mapping[Hashable, float] | None = None,
-                 c: float = 1.25) -> ReplicaView | None:
+                 c: float = 1.25, *, choices: int | None = 1) -> ReplicaView | None:
     """The first replica in ``hrw_order(key)`` whose load + 1 stays within
     ``load_bound``; when every healthy replica is over, the least loaded relative to its
-    weight. None when no replica is healthy. ``loads`` missing an id counts as 0."""
+    weight. None when no replica is healthy. ``loads`` missing an id counts as 0.
+
+    ``choices`` > 1 (None: all) takes the least loaded, relative to weight, of the first
+    ``choices`` replicas within the bound, ties to the earlier one in HRW order. Use it
+    for static-prefix keys: a prefix is cheap to hold on every replica (it is one system
+    prompt), so single-shot requests can absorb imbalance and leave session-keyed requests,
+    whose history is expensive to move, on their first choice."""
     order = hrw_order(key, replicas)
     if not order:
         return None
     loads = loads or {}
+
+    def rel(ir: tuple[int, ReplicaView]) -> tuple[float, int]:
+        return float(loads.get(ir[1].id, 0.0)) / ir[1].weight, ir[0]
+
     total = sum(float(loads.get(r.id, 0.0)) for r in order)
     total_weight = sum(r.weight for r in order)
+    want = len(order) if choices is None else max(1, choices)
+    within = []
     for r in order:
         if float(loads.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, total_weight, c):
-            return r
-    ranked = enumerate(order)
-    return min(ranked, key=lambda ir: (float(loads.get(ir[1].id, 0.0)) / ir[1].weight, ir[0]))[1]
+            within.append(r)
+            if len(within) >= want:
+                break
+    return min(enumerate(within or order), key=rel)[1]
 
 
 def _norm_prefix(static_prefix: str | Sequence[int] | None, prefix_key_tokens: int) -> str:

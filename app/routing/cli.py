@@ -1,6 +1,167 @@
-"""CLI commands of this area."""
+"""``flask --app wsgi sim ...`` (cluster simulator) and the replica-loss drill."""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from flask.cli import AppGroup
+
+from app.drills.cli import drill_cli
+
+sim_cli = AppGroup("sim", help="Capacity-planning simulators")
+
+
+def read_workload(path: str) -> list[dict]:
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    try:
+        return [json.loads(line) for line in stream if line.strip()]
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def format_table(result: dict) -> str:
+    from app.core.prefix_sim import best_non_oracle
+    lines = [f"{result['requests']} requests, {result['replicas']} replicas, "
+             f"{result['kv_tokens']:,} KV tokens each; load = {result['load_unit']}",
+             f"{'policy':<16} {'hit rate':>9} {'max/mean':>9} {'TTFT p50':>10} {'TTFT p99':>10}"]
+    for name, r in result["policies"].items():
+        lines.append(f"{name:<16} {r['hit_rate']:>9.1%} {r['max_over_mean_load']:>9.3f} "
+                     f"{r['ttft_p50_ms']:>8.1f}ms {r['ttft_p99_ms']:>8.1f}ms")
+    if "sluice" in result["policies"] and len(result["policies"]) > 1:
+        best, rate = best_non_oracle(result)
+        s = result["policies"]["sluice"]
+        lines.append(f"sluice vs best non-oracle ({best}): {s['hit_rate'] - rate:+.1%} "
+                     f"hit rate, max/mean {s['max_over_mean_load']:.3f}")
+    return "\n".join(lines)
+
+
+@sim_cli.command("prefix-routing")
+@click.option("--workload", "workload_path", required=True, help="JSON-lines file ('-': stdin)")
+@click.option("--replicas", type=click.IntRange(1, 4096), required=True)
+@click.option("--kv-tokens", type=click.IntRange(1), default=262_144, show_default=True,
+              help="KV-cache tokens per replica")
+@click.option("--block-tokens", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--concurrency", type=click.IntRange(1), default=32, show_default=True)
+@click.option("--prefill-ms-per-token", type=float, default=0.08, show_default=True)
+@click.option("--decode-ms-per-token", type=float, default=15.0, show_default=True)
+@click.option("--c", "c", type=click.FloatRange(1.0), default=1.25, show_default=True,
+              help="bounded-load factor of the sluice policy")
+@click.option("--policies", default="", help="comma-separated subset (default: all)")
+@click.option("--record", is_flag=True, help="keep the result for the console's Routing page")
+@click.option("--json", "as_json", is_flag=True, help="print JSON only")
+def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency,
+                   prefill_ms_per_token, decode_ms_per_token, c, policies, record, as_json):
+    """Compare replica-choice policies on a workload (hit rate, balance, TTFT)."""
+    from app.core.prefix_sim import POLICIES, SimParams, simulate
+    names = [p.strip() for p in policies.split(",") if p.strip()] or list(POLICIES)
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown:
+        raise click.BadParameter(f"unknown policy {', '.join(unknown)}; "
+                                 f"choose from {', '.join(POLICIES)}", param_hint="--policies")
+    params = SimParams(replicas=replicas, kv_tokens=kv_tokens, block_tokens=block_tokens,
+                       concurrency=concurrency, prefill_ms_per_token=prefill_ms_per_token,
+                       decode_ms_per_token=decode_ms_per_token, bounded_load_c=c)
+    result = simulate(read_workload(workload_path), params, names)
+    if record:
+        from app.routing.service import record_simulation
+        record_simulation(result, {"workload": workload_path, **params.__dict__})
+    click.echo(json.dumps(result) if as_json else format_table(result))
+
+
+@sim_cli.command("workload")
+@click.option("--preset", type=click.Choice(["seed"]), default="seed", show_default=True)
+@click.option("--out", "out_path", default="-", help="file to write ('-': stdout)")
+@click.option("--requests", type=click.IntRange(1, 10_000_000), default=20_000,
+              show_default=True)
+@click.option("--rate", type=click.FloatRange(0.01), default=None,
+              help="mean requests/s (default: the seed's Tier-1 share, 25.3)")
+@click.option("--seed", "rng_seed", type=int, default=28, show_default=True)
+def workload(preset, out_path, requests, rate, rng_seed):
+    """Write a seed-like workload as JSON lines."""
+    from app.routing.workload import seed_workload, to_lines
+    kwargs = {"seed": rng_seed, **({"rate_rps": rate} if rate else {})}
+    rows = seed_workload(requests, **kwargs)
+    if out_path == "-":
+        for line in to_lines(rows):
+            click.echo(line)
+        return
+    with open(out_path, "w", encoding="utf-8") as fh:
+        for line in to_lines(rows):
+            fh.write(line + "\n")
+    click.echo(f"wrote {len(rows)} requests to {out_path}", err=True)
+
+
+def stop_by_signal(replicas: list[dict], wait_s: float = 30.0) -> None:
+    """SIGTERM each replica's process (pid from its row) and wait until /health fails."""
+    import os
+    import signal
+    import time
+
+    import httpx
+    for r in replicas:
+        if not r.get("pid"):
+            raise click.ClickException(f"replica {r['id']} has no pid on record")
+        os.kill(int(r["pid"]), signal.SIGTERM)
+    deadline = time.monotonic() + wait_s
+    with httpx.Client(timeout=2.0) as client:
+        for r in replicas:
+            while time.monotonic() < deadline:
+                try:
+                    client.get(r["url"].rstrip("/") + "/health")
+                except httpx.HTTPError:
+                    break
+                time.sleep(0.2)
+
+
+@drill_cli.command("replica-loss")
+@click.option("--url", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080")
+@click.option("--key", required=True, envvar="SLUICE_DRILL_KEY", help="Tenant API key")
+@click.option("--pool", "pool_name", required=True, help="Pool behind the tier the key uses")
+@click.option("--stop", "stop_count", default=2, show_default=True,
+              help="Replicas to take away after the first turns")
+@click.option("--sessions", default=8, show_default=True)
+@click.option("--turns-before", default=3, show_default=True)
+@click.option("--turns-after", default=4, show_default=True)
+@click.option("--model", default="auto", show_default=True)
+@click.option("--timeout", "timeout_s", default=120.0, show_default=True)
+def replica_loss(url, key, pool_name, stop_count, sessions, turns_before, turns_after, model,
+                 timeout_s):
+    """CD-28C: stop replicas of a live pool mid-load (SIGTERM to their processes on this
+    node); report failed requests, which sessions moved, and the hit rate per turn."""
+    from app.catalog.models import Pool
+    from app.drills.service import finish_run, start_run
+    from app.extensions import db
+    from app.routing.drill import drill_passed, run_replica_loss
+    pool = db.session.scalar(db.select(Pool).where(Pool.name == pool_name))
+    if pool is None:
+        raise click.BadParameter(f"no pool named {pool_name!r}", param_hint="--pool")
+    reps = [{"id": r.id, "url": r.url, "pid": r.pid} for r in pool.replicas
+            if r.state == "healthy" and r.url]
+    if len(reps) <= stop_count:
+        raise click.ClickException(f"pool {pool_name} has {len(reps)} healthy replicas; "
+                                   f"cannot stop {stop_count} and keep serving")
+    pids = {r["id"]: r for r in reps}
+    params = {"url": url, "pool": pool_name, "stop": stop_count, "sessions": sessions,
+              "turns_before": turns_before, "turns_after": turns_after}
+    run = start_run("replica-loss", params)
+    try:
+        result = run_replica_loss(url, key, reps, lambda chosen: stop_by_signal(
+            [pids[c["id"]] for c in chosen]), stop_count=stop_count, sessions=sessions,
+            turns_before=turns_before, turns_after=turns_after, model=model,
+            timeout_s=timeout_s)
+    except Exception as exc:  # noqa: BLE001 - the run records what went wrong
+        finish_run(run, {}, passed=None, error=str(exc)[:500])
+        raise click.ClickException(f"drill failed: {exc}") from exc
+    finish_run(run, result, passed=drill_passed(result))
+    click.echo(json.dumps(result, indent=2, default=str))
+    click.echo(f"drill #{run.id} {run.status}: {result['failed_requests']} failed of "
+               f"{result['requests']}, {result['sessions_moved']} sessions moved "
+               f"({result['sessions_moved_from_live_replicas']} from live replicas), hit rate "
+               f"by turn {[t['hit_rate'] for t in result['turns']]}")
 
 
 def groups() -> list:
     """Click groups this area adds to ``flask --app wsgi``."""
-    return []
+    return [sim_cli]

@@ -1,0 +1,323 @@
+"""Cluster simulator for prefix-aware replica choice (capacity planning). Pure and fast.
+
+A workload is a list of requests ``{"arrival_ms", "session_id", "segments": [[id, tokens],
+...], "output_tokens"}``; the prompt is its segments in order, so two requests share a
+cacheable prefix exactly as far as their segment lists agree.
+
+Each replica has:
+- a KV cache of ``kv_tokens`` tokens: a radix tree over segments with LRU eviction of
+  leaves (RadixAttention / vLLM APC style). Hits count in whole blocks of
+  ``block_tokens`` and never the last prompt token (the engine recomputes it for logits).
+  Only prompt tokens are cached (a conservative choice: a turn's own output is computed
+  again when the next turn sends it back).
+- a service model: at most ``concurrency`` sequences at once; prefill runs one request at
+  a time (compute bound) at ``prefill_ms_per_token`` per uncached token plus
+  ``overhead_ms``; decode costs ``decode_ms_per_token`` per output token in its slot.
+  TTFT = wait for a slot + wait for the prefill stream + own prefill.
+
+Load for max/mean is requests served per replica over the run: it is what a router
+controls (every policy sees the same requests), whereas token work would fold each
+policy's own cache hits into its balance figure.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import heapq
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from app.core.rendezvous import ReplicaView, affinity_key, pick_replica
+
+POLICIES = ("round_robin", "random", "least_loaded", "consistent_hash", "prefix_trie",
+            "cache_aware", "sluice", "oracle")
+
+
+@dataclass(frozen=True)
+class SimParams:
+    replicas: int = 8
+    kv_tokens: int = 262_144
+    block_tokens: int = 16
+    prefill_ms_per_token: float = 0.08
+    decode_ms_per_token: float = 15.0
+    overhead_ms: float = 5.0
+    concurrency: int = 32
+    bounded_load_c: float = 1.25
+    prefix_key_tokens: int = 4500
+    prefix_choices: int | None = None   # pick_replica(choices=) for static-prefix keys
+    seed: int = 1
+
+
+class RadixLRU:
+    """Segment-granular radix tree of cached prefixes with LRU eviction.
+
+    Nodes are touched leaf-to-root, so a parent is always more recent than its
+    descendants and the least recent node is always a leaf: eviction pops the oldest."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.child: dict[tuple[int, int], int] = {}      # (parent, segment) -> node
+        self.info: dict[int, tuple[int, int, int]] = {}  # node -> (parent, segment, tokens)
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        self._next = 1                                   # 0 is the root
+
+    def match(self, segs: Sequence[tuple[int, int]]) -> tuple[int, list[int]]:
+        node, tokens, path = 0, 0, []
+        for seg, n in segs:
+            nxt = self.child.get((node, seg))
+            if nxt is None:
+                break
+            node, tokens = nxt, tokens + n
+            path.append(nxt)
+        return tokens, path
+
+    def _evict_one(self, protected: set[int]) -> bool:
+        if not self.lru:
+            return False
+        node = next(iter(self.lru))
+        if node in protected:
+            return False
+        self.lru.popitem(last=False)
+        parent, seg, n = self.info.pop(node)
+        del self.child[(parent, seg)]
+        self.used -= n
+        return True
+
+    def insert(self, segs: Sequence[tuple[int, int]]) -> int:
+        """Look up and cache ``segs``; returns the tokens that were already cached."""
+        hit, path = self.match(segs)
+        for node in reversed(path):
+            self.lru.move_to_end(node)
+        protected = set(path)
+        parent = path[-1] if path else 0
+        new = []
+        for seg, n in segs[len(path):]:
+            while self.used + n > self.capacity and self._evict_one(protected):
+                pass
+            if self.used + n > self.capacity:
+                break
+            node = self._next
+            self._next += 1
+            self.child[(parent, seg)] = node
+            self.info[node] = (parent, seg, n)
+            self.used += n
+            new.append(node)
+            protected.add(node)
+            parent = node
+        for node in reversed(new):
+            self.lru[node] = None
+            self.lru.move_to_end(node)
+        for node in reversed(path):
+            self.lru.move_to_end(node)
+        return hit
+
+
+@dataclass
+class _Replica:
+    cache: RadixLRU
+    slots: list = field(default_factory=list)   # heap of slot-free times
+    ends: list = field(default_factory=list)    # heap of finish times (in flight)
+    starts: list = field(default_factory=list)  # heap of prefill-start times (waiting)
+    prefill_free: float = 0.0
+    served: int = 0
+    busy_ms: float = 0.0                        # sum of (finish - arrival): time in system
+
+    def inflight(self, now: float) -> int:
+        while self.ends and self.ends[0] <= now:
+            heapq.heappop(self.ends)
+        return len(self.ends)
+
+    def waiting(self, now: float) -> int:
+        while self.starts and self.starts[0] <= now:
+            heapq.heappop(self.starts)
+        return len(self.starts)
+
+
+@dataclass(frozen=True)
+class Req:
+    arrival_ms: float
+    session_id: str | None
+    segs: tuple[tuple[int, int], ...]
+    output_tokens: int
+    prompt_tokens: int
+    key: str
+
+
+def prepare(workload: Sequence[Mapping], prefix_key_tokens: int = 4500) -> list[Req]:
+    """Intern segment ids and compute each request's affinity key (session id, else the
+    segments that cover the first ``prefix_key_tokens`` tokens)."""
+    ids: dict[str, int] = {}
+    out = []
+    for i, row in enumerate(sorted(workload, key=lambda r: r["arrival_ms"])):
+        segs, static, covered = [], [], 0
+        for sid, n in row["segments"]:
+            segs.append((ids.setdefault(str(sid), len(ids) + 1), int(n)))
+            if covered < prefix_key_tokens:
+                static.append(f"{sid}:{n}")
+                covered += int(n)
+        key = affinity_key(row.get("session_id"), "\x1e".join(static), 10**9, fallback=str(i))
+        out.append(Req(float(row["arrival_ms"]), row.get("session_id"), tuple(segs),
+                       int(row.get("output_tokens", 0)), sum(n for _, n in segs), key))
+    return out
+
+
+def _ring(n: int, vnodes: int = 160) -> tuple[list[int], list[int]]:
+    points = sorted((int.from_bytes(hashlib.blake2b(f"replica-{r}#{v}".encode(),
+                                                    digest_size=8).digest(), "big"), r)
+                    for r in range(n) for v in range(vnodes))
+    return [p for p, _ in points], [r for _, r in points]
+
+
+def _h(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+class _Router:
+    """Router-side state of one policy; ``choose`` returns a replica index."""
+
+    def __init__(self, name: str, p: SimParams, reps: list[_Replica]) -> None:
+        self.name, self.p, self.reps = name, p, reps
+        self.rng = random.Random(p.seed)
+        self.rr = 0
+        self.views = [ReplicaView(id=i) for i in range(p.replicas)]
+        if name == "consistent_hash":
+            self.ring = _ring(p.replicas)
+        if name == "prefix_trie":
+            self.trie: dict[tuple, set[int]] = {}
+        if name == "cache_aware":
+            # Approximate per-worker trees the router keeps from what it sent (not the
+            # engine's real cache); sized like sglang-router's max_tree_size (2**26 chars).
+            self.trees = [RadixLRU(2**26 // 4) for _ in range(p.replicas)]
+
+    def _least_loaded(self, now: float) -> int:
+        loads = [r.inflight(now) for r in self.reps]
+        low = min(loads)
+        return self.rng.choice([i for i, v in enumerate(loads) if v == low])
+
+    def choose(self, req: Req, now: float) -> int:
+        n = self.p.replicas
+        if self.name == "round_robin":
+            self.rr += 1
+            return (self.rr - 1) % n
+        if self.name == "random":
+            return self.rng.randrange(n)
+        if self.name in ("least_loaded", "oracle"):
+            return self._least_loaded(now)
+        if self.name == "consistent_hash":
+            points, owners = self.ring
+            return owners[bisect.bisect(points, _h(req.key)) % len(points)]
+        if self.name == "sluice":
+            # as in production: in-flight plus queued (vllm:num_requests_waiting)
+            loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
+            choices = self.p.prefix_choices if req.key.startswith("p:") else 1
+            return pick_replica(req.key, self.views, loads, self.p.bounded_load_c,
+                                choices=choices).id
+        if self.name == "prefix_trie":
+            return self._prefix_trie(req)
+        return self._cache_aware(req, now)
+
+    def _prefix_trie(self, req: Req) -> int:
+        # production-stack style: longest matched prefix wins, random among the replicas
+        # that were sent it; the trie only grows (it never learns about evictions).
+        best: set[int] = set()
+        path: tuple = ()
+        for seg, _ in req.segs:
+            path += (seg,)
+            hit = self.trie.get(path)
+            if not hit:
+                break
+            best = hit
+        choice = self.rng.choice(sorted(best)) if best else self.rng.randrange(self.p.replicas)
+        path = ()
+        for seg, _ in req.segs:
+            path += (seg,)
+            self.trie.setdefault(path, set()).add(choice)
+        return choice
+
+    def _cache_aware(self, req: Req, now: float, cache_threshold: float = 0.5,
+                     abs_threshold: int = 32, rel_threshold: float = 1.0001) -> int:
+        # SGLang-router style: shortest queue when imbalanced, else the best prefix match
+        # if it covers more than cache_threshold of the prompt, else the smallest tree.
+        loads = [r.inflight(now) for r in self.reps]
+        hi, lo = max(loads), min(loads)
+        if hi - lo > abs_threshold and hi > rel_threshold * lo:
+            choice = loads.index(lo)
+        else:
+            matches = [t.match(req.segs)[0] for t in self.trees]
+            best = max(range(len(matches)), key=lambda i: (matches[i], -loads[i]))
+            if matches[best] > cache_threshold * req.prompt_tokens:
+                choice = best
+            else:
+                choice = min(range(len(self.trees)), key=lambda i: (self.trees[i].used, i))
+        self.trees[choice].insert(req.segs)
+        return choice
+
+
+def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
+    """One policy over the whole workload; returns its figures."""
+    if name == "oracle":   # one pooled cache every replica reads (free KV transfer)
+        pooled = RadixLRU(p.kv_tokens * p.replicas)
+        reps = [_Replica(pooled) for _ in range(p.replicas)]
+    else:
+        reps = [_Replica(RadixLRU(p.kv_tokens)) for _ in range(p.replicas)]
+    for r in reps:
+        r.slots = [0.0] * p.concurrency
+    router = _Router(name, p, reps)
+    hit_total = prompt_total = 0
+    ttft = np.empty(len(reqs))
+    for i, req in enumerate(reqs):
+        now = req.arrival_ms
+        rep = reps[router.choose(req, now)]
+        cached = rep.cache.insert(req.segs)
+        usable = (req.prompt_tokens - 1) // p.block_tokens * p.block_tokens
+        hit = min(cached // p.block_tokens * p.block_tokens, max(0, usable))
+        hit_total += hit
+        prompt_total += req.prompt_tokens
+        slot_at = max(now, heapq.heappop(rep.slots))
+        start = max(slot_at, rep.prefill_free)
+        first = start + p.overhead_ms + p.prefill_ms_per_token * (req.prompt_tokens - hit)
+        rep.prefill_free = first
+        end = first + p.decode_ms_per_token * req.output_tokens
+        heapq.heappush(rep.slots, end)
+        heapq.heappush(rep.ends, end)
+        heapq.heappush(rep.starts, start)
+        rep.served += 1
+        rep.busy_ms += end - now
+        ttft[i] = first - now
+    served = np.array([r.served for r in reps], dtype=float)
+    busy = np.array([r.busy_ms for r in reps], dtype=float)
+    return {"hit_rate": round(hit_total / max(1, prompt_total), 4),
+            "max_over_mean_load": round(float(served.max() / max(served.mean(), 1e-9)), 3),
+            # time-averaged requests in the system per replica (Little's law), max/mean
+            "max_over_mean_inflight": round(float(busy.max() / max(busy.mean(), 1e-9)), 3),
+            "ttft_p50_ms": round(float(np.percentile(ttft, 50)), 1) if len(reqs) else 0.0,
+            "ttft_p99_ms": round(float(np.percentile(ttft, 99)), 1) if len(reqs) else 0.0}
+
+
+def simulate(workload: Sequence[Mapping], params: SimParams | None = None,
+             policies: Sequence[str] = POLICIES,
+             progress: Callable[[str], None] | None = None) -> dict:
+    """Every policy over the same workload: ``{"policies": {name: figures}, ...}``."""
+    p = params or SimParams()
+    reqs = prepare(workload, p.prefix_key_tokens)
+    out = {}
+    for name in policies:
+        if name not in POLICIES:
+            raise ValueError(f"unknown policy {name!r}")
+        out[name] = simulate_policy(name, reqs, p)
+        if progress:
+            progress(name)
+    return {"policies": out, "requests": len(reqs), "replicas": p.replicas,
+            "kv_tokens": p.kv_tokens, "load_unit": "requests served per replica",
+            "prompt_tokens": sum(r.prompt_tokens for r in reqs)}
+
+
+def best_non_oracle(result: Mapping) -> tuple[str, float]:
+    pols = {k: v for k, v in result["policies"].items() if k != "oracle"}
+    name = max(pols, key=lambda k: pols[k]["hit_rate"])
+    return name, pols[name]["hit_rate"]

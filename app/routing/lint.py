@@ -1,0 +1,104 @@
+"""Template lint from live traffic: the gateway feeds system-prompt samples per workflow,
+the console reads back where each workflow's prompt first turns dynamic and what that
+costs in prefix tokens per day.
+
+Redis layout (``<ns>`` is the namespace, ``<wf>`` is ``<tenant_id>:<workflow>``):
+
+- ``<ns>:lint:workflows``            set of ``<wf>``
+- ``<ns>:lint:<wf>:n:<yyyymmdd>``    requests counted that UTC day (kept 3 days)
+- ``<ns>:lint:<wf>:samples``         list, newest first, of at most ``KEEP`` prompts; a
+  sample is stored for the first ``KEEP`` requests and then every ``SAMPLE_EVERY``-th.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Callable
+
+from app.core.template_lint import LintResult, approx_tokens, lint_samples, tokens_lost_per_day
+from app.redis_client import Keys
+
+KEEP = 12
+SAMPLE_EVERY = 50
+MAX_CHARS = 64_000
+DAY_TTL_S = 3 * 86400
+
+
+def _k(ns: Keys | str) -> Keys:
+    return ns if isinstance(ns, Keys) else Keys(ns)
+
+
+def _day(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y%m%d")
+
+
+def record_prompt_sample(redis, ns: Keys | str, tenant_id: int | str, workflow: str,
+                         system_prompt: str, *, now: float | None = None) -> bool:
+    """Count one request of the workflow and keep its system prompt when sampled.
+    Returns whether the prompt was stored. Costs one round trip, two when sampling."""
+    k = _k(ns)
+    wf = f"{tenant_id}:{workflow}"
+    ts = time.time() if now is None else now
+    day_key = k.k("lint", wf, "n", _day(ts))
+    pipe = redis.pipeline(transaction=False)
+    pipe.incr(day_key)
+    pipe.expire(day_key, DAY_TTL_S)
+    pipe.sadd(k.k("lint", "workflows"), wf)
+    pipe.llen(k.k("lint", wf, "samples"))
+    n, _, _, have = pipe.execute()
+    if have >= KEEP and n % SAMPLE_EVERY != 1:
+        return False
+    samples = k.k("lint", wf, "samples")
+    pipe = redis.pipeline(transaction=False)
+    pipe.lpush(samples, system_prompt[:MAX_CHARS])
+    pipe.ltrim(samples, 0, KEEP - 1)
+    pipe.expire(samples, 7 * 86400)
+    pipe.execute()
+    return True
+
+
+def requests_per_day(redis, ns: Keys | str, wf: str, *, now: float | None = None) -> float:
+    """Yesterday's count when there is one, else today's so far scaled to a full day."""
+    k = _k(ns)
+    ts = time.time() if now is None else now
+    today, yesterday = redis.mget(k.k("lint", wf, "n", _day(ts)),
+                                  k.k("lint", wf, "n", _day(ts - 86400)))
+    if yesterday:
+        return float(yesterday)
+    midnight = dt.datetime.fromtimestamp(ts, dt.timezone.utc).replace(
+        hour=0, minute=0, second=0, microsecond=0).timestamp()
+    elapsed = max(3600.0, ts - midnight)          # at least an hour, to damp early spikes
+    return float(today or 0) * 86400.0 / elapsed
+
+
+def analyze_workflow(redis, ns: Keys | str, wf: str, *,
+                     count_tokens: Callable[[str], int] = approx_tokens,
+                     now: float | None = None) -> dict:
+    k = _k(ns)
+    raw = redis.lrange(k.k("lint", wf, "samples"), 0, KEEP - 1)
+    samples = [s.decode("utf-8", "replace") if isinstance(s, bytes) else s for s in raw]
+    result: LintResult = lint_samples(samples, count_tokens)
+    per_day = requests_per_day(redis, ns, wf, now=now)
+    tenant_id, _, workflow = wf.partition(":")
+    return {"tenant_id": int(tenant_id) if tenant_id.isdigit() else tenant_id,
+            "workflow": workflow, "samples": len(samples),
+            "prompt_tokens": result.prompt_tokens,
+            "first_dynamic_token": result.first_dynamic_token,
+            "kind": result.kind, "snippet": result.snippet, "confirmed": result.confirmed,
+            "requests_per_day": round(per_day, 1),
+            "tokens_lost_per_request": result.cacheable_tokens_lost,
+            "tokens_lost_per_day": tokens_lost_per_day(result, per_day),
+            "findings": [{"kind": f.kind, "text": f.text[:60]} for f in result.findings[:8]]}
+
+
+def lint_report(redis, ns: Keys | str, *, tenant_id: int | None = None,
+                count_tokens: Callable[[str], int] = approx_tokens,
+                now: float | None = None) -> list[dict]:
+    """Every recorded workflow (one tenant's when given), costliest first."""
+    k = _k(ns)
+    wfs = sorted(w.decode() if isinstance(w, bytes) else w
+                 for w in redis.smembers(k.k("lint", "workflows")))
+    if tenant_id is not None:
+        wfs = [w for w in wfs if w.split(":", 1)[0] == str(tenant_id)]
+    rows = [analyze_workflow(redis, k, w, count_tokens=count_tokens, now=now) for w in wfs]
+    return sorted(rows, key=lambda r: (-r["tokens_lost_per_day"], r["workflow"]))

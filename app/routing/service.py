@@ -1,0 +1,59 @@
+"""Routing area operations: simulator runs kept as drill history, and the lint report."""
+from __future__ import annotations
+
+from typing import Any
+
+from app.drills import service as drills
+from app.drills.models import DrillRun
+from app.errors import ValidationError
+
+SIM_KIND = "prefix-routing-sim"
+MAX_CONSOLE_REQUESTS = 20_000
+
+
+def sim_verdict(result: dict, *, min_hit: float = 0.88, within: float = 0.05,
+                max_load: float = 1.25) -> dict:
+    """The issue's bar: sluice hit rate >= ``min_hit``, within ``within`` (absolute) of the
+    best non-oracle policy, max/mean load <= ``max_load``."""
+    from app.core.prefix_sim import best_non_oracle
+    pols = result["policies"]
+    if "sluice" not in pols:
+        return {"passed": None}
+    s = pols["sluice"]
+    best, best_rate = best_non_oracle(result)
+    checks = {"hit_rate": s["hit_rate"] >= min_hit,
+              "near_best": best_rate - s["hit_rate"] <= within,
+              "balanced": s["max_over_mean_load"] <= max_load}
+    return {"passed": all(checks.values()), "checks": checks, "best_non_oracle": best,
+            "best_hit_rate": best_rate}
+
+
+def record_simulation(result: dict, params: dict[str, Any], actor=None) -> DrillRun:
+    run = drills.start_run(SIM_KIND, {k: v for k, v in params.items()
+                                      if isinstance(v, (int, float, str, type(None)))}, actor)
+    verdict = sim_verdict(result)
+    return drills.finish_run(run, {**result, "verdict": verdict}, passed=verdict["passed"])
+
+
+def run_seed_simulation(replicas: int, kv_tokens: int, requests: int, actor=None,
+                        seed: int = 28) -> DrillRun:
+    """The console's "run on the seed preset" button: bounded in size, recorded."""
+    errors = {}
+    if not 1 <= replicas <= 64:
+        errors["replicas"] = ["must be between 1 and 64"]
+    if not 1024 <= kv_tokens <= 100_000_000:
+        errors["kv_tokens"] = ["must be between 1,024 and 100,000,000"]
+    if not 100 <= requests <= MAX_CONSOLE_REQUESTS:
+        errors["requests"] = [f"must be between 100 and {MAX_CONSOLE_REQUESTS:,}"]
+    if errors:
+        raise ValidationError("invalid simulation", errors)
+    from app.core.prefix_sim import SimParams, simulate
+    from app.routing.workload import seed_workload
+    params = SimParams(replicas=replicas, kv_tokens=kv_tokens)
+    result = simulate(seed_workload(requests, seed=seed), params)
+    return record_simulation(result, {"workload": f"preset:seed:{requests}:{seed}",
+                                      **params.__dict__}, actor)
+
+
+def latest_simulations(limit: int = 10) -> list[DrillRun]:
+    return drills.list_runs(SIM_KIND, limit)

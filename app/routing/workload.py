@@ -1,0 +1,162 @@
+"""Seed-like workloads for the prefix-routing simulator. Pure (seeded RNG, no I/O).
+
+The "seed" preset follows the seed text: 14 product teams, each with a 4,500-token static
+prefix (instructions + few-shot, then a block of 32 tool definitions at 80 tokens each),
+the five cohorts of the seed's telemetry matrix (6.3) with their token shares, multi-turn
+sessions whose history grows towards the ~12,000 tokens FL-28B mentions, Zipf popularity
+of teams inside each cohort, rate bursts, and batch jobs that arrive all at once.
+
+Per-turn sizes are set so that one node with ample cache would see roughly the seed's
+per-cohort prefix hit rates (extraction 92%, support 88%, code 85%, reasoning 81%,
+batch 94%); how much of that survives on N replicas is what the simulator measures.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+STATIC_INSTRUCTIONS = 1940
+TOOLS = 32
+TOKENS_PER_TOOL = 80          # 1,940 + 32 x 80 = 4,500
+
+
+@dataclass(frozen=True)
+class Cohort:
+    name: str
+    teams: int
+    token_share: float        # seed 6.3
+    sessions: bool
+    mean_turns: float         # geometric; 1 for single-shot
+    first_tokens: tuple[float, float]   # lognormal (median, sigma) of turn 1's new tokens
+    turn_tokens: tuple[float, float]    # later turns' new user/tool tokens
+    output_tokens: tuple[float, float]
+    think_s: float            # mean pause between a reply and the next turn
+
+
+COHORTS = (
+    Cohort("structured_extraction", 4, 0.36, False, 1, (330, 0.45), (0, 0), (110, 0.4), 0),
+    Cohort("support_rag", 4, 0.28, True, 5, (520, 0.35), (420, 0.4), (200, 0.4), 25),
+    Cohort("code_sql", 3, 0.20, True, 7, (700, 0.5), (520, 0.6), (330, 0.5), 12),
+    Cohort("complex_reasoning", 2, 0.10, True, 3, (1100, 0.4), (300, 0.5), (480, 0.4), 40),
+    Cohort("batch_summarization", 1, 0.06, False, 1, (260, 0.4), (0, 0), (140, 0.3), 0),
+)
+
+
+def _lognormal(rng: random.Random, median_sigma: tuple[float, float]) -> int:
+    median, sigma = median_sigma
+    return max(1, int(rng.lognormvariate(math.log(median), sigma))) if median else 0
+
+
+def _zipf_weights(n: int, s: float) -> list[float]:
+    return [1.0 / (k + 1) ** s for k in range(n)]
+
+
+def _static(team: str) -> list[list]:
+    return [[f"{team}:sys", STATIC_INSTRUCTIONS], [f"{team}:tools32", TOOLS * TOKENS_PER_TOOL]]
+
+
+def _session(rng: random.Random, c: Cohort, team: str, sid: str | None, uid: int, t0: float,
+             prefill_guess_ms: float = 4000.0) -> list[dict]:
+    turns = 1 if not c.sessions else min(40, 1 + int(rng.expovariate(1 / (c.mean_turns - 1))))
+    segs = _static(team)
+    out, t = [], t0
+    for turn in range(turns):
+        new = _lognormal(rng, c.first_tokens if turn == 0 else c.turn_tokens)
+        segs = segs + [[f"c{uid}:u{turn}", new]]
+        output = _lognormal(rng, c.output_tokens)
+        out.append({"arrival_ms": round(t, 1), "session_id": sid, "segments": segs,
+                    "output_tokens": output, "team": team, "cohort": c.name})
+        if turn == turns - 1:
+            break
+        segs = segs + [[f"c{uid}:a{turn}", output]]
+        # the next turn comes after the reply (roughly) plus the user's think time
+        t += prefill_guess_ms + 1000.0 * (2 + rng.expovariate(1 / c.think_s))
+    return out
+
+
+BATCH_JOB = (100, 300)        # requests per batch job
+
+
+BURST_FACTOR, BURST_MS, CALM_MS = 3.0, 60_000, 300_000
+
+
+def _turns_mean(c: Cohort) -> float:
+    # 1 + int(Exp(mean_turns - 1)): the floor of an exponential has mean 1/(e^(1/m) - 1)
+    return 1 + 1 / math.expm1(1 / (c.mean_turns - 1)) if c.sessions else 1
+
+
+def _requests_per_start(c: Cohort) -> float:
+    if c.name == "batch_summarization":
+        return sum(BATCH_JOB) / 2
+    return _turns_mean(c)
+
+
+def _mean(median_sigma: tuple[float, float]) -> float:
+    return median_sigma[0] * math.exp(median_sigma[1] ** 2 / 2)
+
+
+def _mean_tokens_per_start(c: Cohort) -> float:
+    first = _mean(c.first_tokens) + 4500
+    if not c.sessions:
+        return first * _requests_per_start(c)
+    turns, per_turn = _turns_mean(c), _mean(c.turn_tokens) + _mean(c.output_tokens)
+    return turns * first + per_turn * turns * (turns - 1) / 2
+
+
+# The seed's traffic reaching one 8-replica Tier-1 pool: 125M requests/month (48/s), less
+# the 18.4% semantic-cache hits, times the 64.2% Tier-1 share.
+SEED_TIER1_RPS = round(125e6 / (30 * 86400) * (1 - 0.184) * 0.642, 1)
+
+
+def seed_workload(requests: int = 20_000, *, rate_rps: float = SEED_TIER1_RPS,
+                  zipf_s: float = 1.1, seed: int = 28) -> list[dict]:
+    """``requests`` requests of the seed preset, sorted by arrival.
+
+    ``rate_rps`` is the long-run mean request rate; bursts (1 minute after each calm
+    spell of 5 minutes on average) run at 3x the calm rate, and the batch cohort arrives
+    as jobs of 100-300 requests within 20 s. Extra keys ``team`` and ``cohort`` ride
+    along (the simulator ignores them)."""
+    rng = random.Random(seed)
+    teams = []
+    n = 0
+    for c in COHORTS:
+        names = [f"team{n + i + 1:02d}" for i in range(c.teams)]
+        n += c.teams
+        rng.shuffle(names)                            # which team is hot is arbitrary
+        teams.append((c, names, _zipf_weights(c.teams, zipf_s)))
+    # start probability per cohort so its token share matches the seed's matrix
+    start_w = [c.token_share / _mean_tokens_per_start(c) for c in COHORTS]
+    mean_reqs = sum(w * _requests_per_start(c) for w, c in zip(start_w, COHORTS)) / sum(start_w)
+    burst_share = BURST_MS / (BURST_MS + CALM_MS)
+    calm_rps = rate_rps / (1 + (BURST_FACTOR - 1) * burst_share)
+    start_rate = calm_rps / mean_reqs / 1000.0        # starts per ms
+    out: list[dict] = []
+    t, burst_until, next_burst = 0.0, -1.0, rng.expovariate(1 / CALM_MS)
+    uid = 0
+    while len(out) < requests * 1.3:
+        boost = BURST_FACTOR if t < burst_until else 1.0
+        t += rng.expovariate(start_rate * boost)
+        if t > next_burst:
+            burst_until = t + BURST_MS
+            next_burst = burst_until + rng.expovariate(1 / CALM_MS)
+        c, names, zw = teams[rng.choices(range(len(COHORTS)), weights=start_w)[0]]
+        team = rng.choices(names, weights=zw)[0]
+        if c.name == "batch_summarization":
+            for _ in range(rng.randint(*BATCH_JOB)):
+                uid += 1
+                out += _session(rng, c, team, None, uid, t + rng.uniform(0, 20_000))
+            continue
+        uid += 1
+        out += _session(rng, c, team, f"s{uid}" if c.sessions else None, uid, t)
+    out.sort(key=lambda r: r["arrival_ms"])
+    return out[:requests]
+
+
+LINE_KEYS = ("arrival_ms", "session_id", "segments", "output_tokens")
+
+
+def to_lines(rows: list[dict]) -> list[str]:
+    """The workload file format: one JSON object per line with exactly ``LINE_KEYS``."""
+    import json
+    return [json.dumps({k: r[k] for k in LINE_KEYS}, separators=(",", ":")) for r in rows]
