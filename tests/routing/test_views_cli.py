@@ -1,0 +1,106 @@
+"""Routing console page and the sim CLI, through the real app."""
+from __future__ import annotations
+
+import json
+import re
+
+from app.routing import service
+from app.routing.lint import record_prompt_sample
+from tests.factories import TenantFactory, UserFactory
+
+
+def login(client, user):
+    with client.session_transaction() as s:
+        s["_user_id"] = str(user.id)
+        s["_fresh"] = True
+
+
+def csrf(html: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', html).group(1)
+
+
+def test_page_shows_latest_simulation_chart_and_tenant_scoped_lint(app, client, redis_client):
+    t1, t2 = TenantFactory(), TenantFactory()
+    ns = app.config["REDIS_NAMESPACE"]
+    for i in range(3):
+        record_prompt_sample(redis_client, ns, t1.id, "wf-mine",
+                             f"Now 2026-12-02T10:0{i}:00Z. You are the billing bot. " * 3)
+        record_prompt_sample(redis_client, ns, t2.id, "wf-theirs", f"req_{i:09d} other bot")
+    service.run_seed_simulation(replicas=4, kv_tokens=65_536, requests=600)
+    viewer = UserFactory(role="viewer", tenant=t1)
+    login(client, viewer)
+    page = client.get("/routing/")
+    assert page.status_code == 200
+    html = page.text
+    assert "Plotly.newPlot" in html and "/routing/plotly.js" in html
+    for name in ("round_robin", "consistent_hash", "cache_aware", "sluice", "oracle"):
+        assert name in html
+    assert "wf-mine" in html and "timestamp" in html
+    assert "wf-theirs" not in html                        # another tenant's workflow
+    assert "Run on the seed preset" not in html           # viewers cannot run it
+    js = client.get("/routing/plotly.js")
+    assert js.status_code == 200 and len(js.data) > 1_000_000
+
+
+def test_ops_runs_a_simulation_from_the_page(app, client):
+    ops = UserFactory(role="ops")
+    login(client, ops)
+    page = client.get("/routing/")
+    assert "No simulation yet" in page.text
+    resp = client.post("/routing/simulate", data={"replicas": "4", "kv_tokens": "65536",
+                                                  "requests": "500",
+                                                  "csrf_token": csrf(page.text)})
+    assert resp.status_code == 302
+    runs = service.latest_simulations()
+    assert len(runs) == 1 and runs[0].result["replicas"] == 4
+    assert runs[0].result["requests"] == 500
+    bad = client.post("/routing/simulate", data={"replicas": "4", "kv_tokens": "65536",
+                                                 "requests": "999999",
+                                                 "csrf_token": csrf(page.text)},
+                      follow_redirects=True)
+    assert "requests: must be between" in bad.text
+    assert len(service.latest_simulations()) == 1
+
+
+def test_viewer_cannot_run_simulations(app, client):
+    login(client, UserFactory(role="viewer"))
+    page = client.get("/routing/")
+    assert client.post("/routing/simulate", data={"csrf_token": csrf(page.text)}
+                       ).status_code == 403
+
+
+def test_cli_writes_a_workload_and_compares_policies(app, runner, tmp_path):
+    out = tmp_path / "seed.jsonl"
+    res = runner.invoke(args=["sim", "workload", "--preset", "seed", "--out", str(out),
+                              "--requests", "800"])
+    assert res.exit_code == 0, res.output
+    lines = out.read_text().splitlines()
+    assert len(lines) == 800
+    assert set(json.loads(lines[0])) == {"arrival_ms", "session_id", "segments",
+                                         "output_tokens"}
+    res = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out),
+                              "--replicas", "4", "--kv-tokens", "65536", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert set(data["policies"]) == {"round_robin", "random", "least_loaded",
+                                     "consistent_hash", "prefix_trie", "cache_aware",
+                                     "sluice", "oracle"}
+    for figures in data["policies"].values():
+        assert {"hit_rate", "max_over_mean_load", "ttft_p50_ms", "ttft_p99_ms"} <= set(figures)
+    res = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out), "--replicas",
+                              "4", "--policies", "sluice,round_robin", "--record"])
+    assert res.exit_code == 0, res.output
+    assert "sluice vs best non-oracle" in res.output
+    assert service.latest_simulations()[0].result["policies"].keys() == {"sluice",
+                                                                         "round_robin"}
+    bad = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out),
+                              "--replicas", "4", "--policies", "magic"])
+    assert bad.exit_code != 0 and "unknown policy" in bad.output
+
+
+def test_drill_replica_loss_is_registered(app, runner):
+    res = runner.invoke(args=["drill", "replica-loss", "--help"])
+    assert res.exit_code == 0 and "CD-28C" in res.output
+    res = runner.invoke(args=["drill", "replica-loss", "--url", "http://127.0.0.1:9",
+                              "--key", "k", "--pool", "nope"])
+    assert res.exit_code != 0 and "no pool named" in res.output
