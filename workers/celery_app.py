@@ -31,13 +31,17 @@ def celery_init_app(app: Flask) -> Celery:
         "beat_schedule": {
             "snapshot-publish": {"task": "snapshot.publish", "schedule": 60.0},
             "ledger-drain": {"task": "ledger.drain", "schedule": 2.0},
+            "finops-rollup": {"task": "finops.rollup", "schedule": 300.0},
+            "finops-check-budgets": {"task": "finops.check_budgets", "schedule": 60.0},
+            "finops-reconcile-budgets": {"task": "finops.reconcile_budgets", "schedule": 900.0},
+            "finops-reset-budgets": {"task": "finops.reset_budgets", "schedule": 3600.0},
             # Fan out to each node's queue pool.<node>; run workers there with
             # ``-Q pool.<node>`` (SLUICE_NODE names the node).
             "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
         },
         "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.router",
-                    "workers.tasks.pools"],
+                    "workers.tasks.pools", "workers.tasks.finops"],
     }
     settings.update(app.config.get("CELERY") or {})
     celery = Celery(app.name, task_cls=FlaskTask)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from sqlalchemy import ForeignKey, Index, Numeric, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Numeric, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -97,3 +97,9 @@ class Rollup(db.Model):
     baseline_cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
     ttft_ms_sum: Mapped[float] = mapped_column(default=0.0)
     ttft_count: Mapped[int] = mapped_column(default=0)
+    # Counts per app.finops.histogram.TTFT_BOUNDS bucket: p50/p95 without the ledger.
+    ttft_hist: Mapped[list] = mapped_column(JSON, default=list)
+    # Frontier baseline of the cache hits in the group (they cost 0: this is what they saved).
+    cache_saved_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    # The part of cost_usd that came from adjustment rows (credits are negative).
+    adjustment_usd: Mapped[Decimal] = mapped_column(Money, default=0)

@@ -1,4 +1,264 @@
-"""Console pages and admin API routes of the finops area."""
-from flask import Blueprint
+"""Console pages (``bp``) and admin API routes (``api_bp``, under /api/v1) of FinOps.
+Thin: parse, call reports/service, render."""
+from __future__ import annotations
 
-bp = Blueprint("finops", __name__)
+import csv
+import hashlib
+import io
+import json
+from decimal import Decimal
+from typing import Any, Iterable
+
+from flask import (Blueprint, Response, flash, g, jsonify, redirect, render_template, request,
+                   stream_with_context, url_for)
+from flask_login import current_user, login_required
+
+from app.api.views import api_auth, body
+from app.core.costing import cents
+from app.errors import Forbidden, ServiceError
+from app.finops import charts, reports, rollups, service
+
+bp = Blueprint("finops", __name__, url_prefix="/finops")
+api_bp = Blueprint("finops_api", __name__)  # registered under /api/v1
+_PLOTLY: dict[str, Any] = {}
+
+
+@bp.app_template_filter("finops_usd")
+def finops_usd(value) -> str:
+    if value is None:
+        return "—"
+    return f"${cents(Decimal(value)):,}"
+
+
+@bp.app_template_filter("finops_pct")
+def finops_pct(value, digits: int = 1) -> str:
+    return "—" if value is None else f"{value:.{digits}f}%"
+
+
+def _period():
+    args = request.args
+    return reports.parse_period(args.get("period"), args.get("start"), args.get("end"))
+
+
+def _filters() -> dict[str, Any]:
+    return {"period": request.args.get("period", ""), "start": request.args.get("start", ""),
+            "end": request.args.get("end", ""), "tenant": request.args.get("tenant", "")}
+
+
+# --- console --------------------------------------------------------------------------
+
+@bp.route("/plotly.js")
+def plotly_js():
+    """plotly.js from the installed plotly package (no CDN); cached by browsers."""
+    if not _PLOTLY:
+        from plotly.offline import get_plotlyjs
+        text = get_plotlyjs()
+        _PLOTLY.update(text=text, etag=hashlib.sha256(text.encode()).hexdigest()[:32])
+    if request.if_none_match.contains(_PLOTLY["etag"]):
+        return Response(status=304, headers={"ETag": f'"{_PLOTLY["etag"]}"'})
+    resp = Response(_PLOTLY["text"], mimetype="application/javascript")
+    resp.headers["Cache-Control"] = "public, max-age=31536000, immutable"
+    resp.set_etag(_PLOTLY["etag"])
+    return resp
+
+
+@bp.route("")
+@login_required
+def dashboard():
+    period = _period()
+    data = reports.dashboard(current_user, period, request.args.get("tenant"))
+    return render_template("finops/dashboard.html", d=data, filters=_filters(),
+                           figures=json.dumps(charts.dashboard_figures(data)),
+                           tenants=reports.visible_tenants(current_user),
+                           alerts=service.list_alerts(current_user, limit=5))
+
+
+@bp.route("/cohorts")
+@login_required
+def cohorts():
+    data = reports.cohorts(current_user, _period(), request.args.get("tenant"))
+    return render_template("finops/cohorts.html", d=data, filters=_filters(),
+                           figure=json.dumps(charts.cohort_figure(data)),
+                           tenants=reports.visible_tenants(current_user))
+
+
+@bp.route("/showback")
+@login_required
+def showback():
+    data = reports.showback(current_user, _period(), request.args.get("tenant"))
+    return render_template("finops/showback.html", d=data, filters=_filters(),
+                           tenants=reports.visible_tenants(current_user))
+
+
+@bp.route("/budgets", methods=["GET", "POST"])
+@login_required
+def budgets():
+    errors, values, status = {}, {}, 200
+    if request.method == "POST":
+        values = {k: request.form.get(k, "") for k in
+                  ("tenant_id", "monthly_limit_usd", "action", "webhook_url")}
+        try:
+            service.save_budget(current_user, **values)
+            flash("Budget saved; the gateway enforces it from now on.", "info")
+            return redirect(url_for("finops.budgets"))
+        except ServiceError as exc:
+            if isinstance(exc, Forbidden):
+                raise
+            errors, status = exc.errors, exc.status
+            flash(exc.message, "error")
+    manageable = [t for t in reports.visible_tenants(current_user)
+                  if current_user.can("budget.manage", t.id)]
+    return render_template("finops/budgets.html", budgets=service.list_budgets(current_user),
+                           alerts=service.list_alerts(current_user), tenants=manageable,
+                           errors=errors, values=values), status
+
+
+@bp.route("/budgets/<int:tenant_id>/delete", methods=["POST"])
+@login_required
+def budget_delete(tenant_id: int):
+    service.delete_budget(current_user, tenant_id)
+    flash("Budget removed.", "info")
+    return redirect(url_for("finops.budgets"))
+
+
+@bp.route("/adjustments", methods=["POST"])
+@login_required
+def adjustment():
+    service.record_adjustment(current_user, request.form.get("tenant_id"),
+                              request.form.get("amount"), request.form.get("reason", ""))
+    flash("Adjustment recorded as a new ledger row.", "info")
+    return redirect(url_for("finops.showback"))
+
+
+@bp.route("/rollups/rebuild", methods=["POST"])
+@login_required
+def rollups_rebuild():
+    period = reports.parse_period(request.form.get("period"))
+    diffs = _rebuild(current_user, period)
+    flash(f"Rollups for {period.label} rebuilt from the ledger; "
+          f"{len(diffs)} differences against the ledger.", "info" if not diffs else "error")
+    return redirect(url_for("finops.showback", period=request.form.get("period", "")))
+
+
+def _rebuild(user, period) -> list[dict]:
+    if not user.can("budget.manage"):
+        raise Forbidden("only global FinOps admins rebuild rollups")
+    rollups.rebuild(period.start, period.end)
+    return rollups.reconcile((period.start, period.end))
+
+
+@bp.route("/export/<report>.csv")
+@login_required
+def export(report: str):
+    return _csv_response(current_user, report)
+
+
+# --- CSV ------------------------------------------------------------------------------
+
+def _csv_lines(header: list[str], rows: Iterable[list[Any]]):
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(header)
+    for i, row in enumerate(rows, 1):
+        writer.writerow(row)
+        if i % 500 == 0:
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
+
+
+def _csv_response(user, report: str) -> Response:
+    """A streamed CSV; the tenant scope is checked before the response starts."""
+    period = _period()
+    tenant = request.args.get("tenant")
+    if report == "ledger":
+        header, rows = list(reports.LEDGER_COLUMNS), reports.ledger_rows(user, period, tenant)
+    else:
+        header, rows = reports.report_rows(user, report, period, tenant)
+    name = f"sluice-{report}-{period.start:%Y%m%d}-{period.end:%Y%m%d}.csv"
+    return Response(stream_with_context(_csv_lines(header, rows)), mimetype="text/csv",
+                    headers={"Content-Disposition": f'attachment; filename="{name}"'})
+
+
+# --- JSON API -------------------------------------------------------------------------
+
+def _json(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, reports.Period):
+        return {"start": value.start.isoformat(), "end": value.end.isoformat(),
+                "label": value.label}
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value
+
+
+@api_bp.route("/finops/dashboard")
+@api_auth
+def api_dashboard():
+    return jsonify(_json(reports.dashboard(g.api_user, _period(), request.args.get("tenant"))))
+
+
+@api_bp.route("/finops/cohorts")
+@api_auth
+def api_cohorts():
+    return jsonify(_json(reports.cohorts(g.api_user, _period(), request.args.get("tenant"))))
+
+
+@api_bp.route("/finops/showback")
+@api_auth
+def api_showback():
+    return jsonify(_json(reports.showback(g.api_user, _period(), request.args.get("tenant"))))
+
+
+@api_bp.route("/finops/export/<report>.csv")
+@api_auth
+def api_export(report: str):
+    return _csv_response(g.api_user, report)
+
+
+@api_bp.route("/finops/budgets")
+@api_auth
+def api_budgets():
+    return jsonify(_json({"budgets": service.list_budgets(g.api_user),
+                          "alerts": service.list_alerts(g.api_user)}))
+
+
+@api_bp.route("/finops/budgets/<int:tenant_id>", methods=["PUT", "POST"])
+@api_auth
+def api_budget_save(tenant_id: int):
+    data = body()
+    row = service.save_budget(g.api_user, tenant_id, data.get("monthly_limit_usd"),
+                              data.get("action", "alert"), data.get("webhook_url", ""))
+    return jsonify({"tenant_id": row.tenant_id, "monthly_limit_usd": str(row.monthly_limit_usd),
+                    "action": row.action, "webhook_url": row.webhook_url})
+
+
+@api_bp.route("/finops/budgets/<int:tenant_id>", methods=["DELETE"])
+@api_auth
+def api_budget_delete(tenant_id: int):
+    service.delete_budget(g.api_user, tenant_id)
+    return "", 204
+
+
+@api_bp.route("/finops/adjustments", methods=["POST"])
+@api_auth
+def api_adjustment():
+    data = body()
+    row = service.record_adjustment(g.api_user, data.get("tenant_id"), data.get("amount"),
+                                    data.get("reason", ""))
+    return jsonify({"request_id": row.request_id, "tenant_id": row.tenant_id,
+                    "amount_usd": str(row.cost_usd), "at": row.at.isoformat()}), 201
+
+
+@api_bp.route("/finops/rollups/rebuild", methods=["POST"])
+@api_auth
+def api_rebuild():
+    data = request.get_json(silent=True) or {}
+    period = reports.parse_period(data.get("period"), data.get("start"), data.get("end"))
+    return jsonify(_json({"period": period, "differences": _rebuild(g.api_user, period)}))

@@ -1,0 +1,175 @@
+"""The FinOps cost model on plain data: prices with effective dates, the frontier
+baseline, GPU-hour allocation, and the rounding rules.
+
+Rounding rules (one place, so every report agrees):
+
+- Per-request amounts are exact Decimals kept at 10 decimals (``to_ledger``), which is
+  what ``ledger_entries.cost_usd`` (Numeric(18, 10)) stores. Sums in SQL are exact.
+- Cents appear only for display and report totals: ``cents`` rounds an exact sum half-up.
+  A breakdown shown next to a total uses ``allocate_cents`` (largest remainder), so the
+  shown lines add up to the shown total to the cent.
+- Budgets count integer micro-dollars in Redis (``to_micro``: reservations round up,
+  actual spend rounds half-up).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
+from typing import Any, Hashable, Mapping, Sequence, TypeVar
+
+from app.core.pricing import request_cost as _token_cost
+
+LEDGER_QUANTUM = Decimal("1e-10")
+CENT = Decimal("0.01")
+MICRO = Decimal(1_000_000)
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per 1M tokens, in force from ``effective_from`` (None: since the beginning)."""
+
+    input_per_m: Decimal
+    cached_input_per_m: Decimal
+    output_per_m: Decimal
+    effective_from: datetime | None = None
+
+    def as_mapping(self) -> dict[str, Decimal]:
+        return {"price_input_per_m": self.input_per_m,
+                "price_cached_input_per_m": self.cached_input_per_m,
+                "price_output_per_m": self.output_per_m}
+
+
+def _dec(value: Any) -> Decimal:
+    if isinstance(value, Decimal):
+        return value
+    return Decimal(str(value or 0))
+
+
+def price_schedule(tier: Mapping[str, Any], changes: Sequence[Mapping[str, Any]] = ()
+                   ) -> list[Price]:
+    """The tier's own prices (before any change) followed by its TierPrice rows by date."""
+    base = Price(_dec(tier.get("price_input_per_m")), _dec(tier.get("price_cached_input_per_m")),
+                 _dec(tier.get("price_output_per_m")), None)
+    rows = sorted(changes, key=lambda c: c["effective_from"])
+    return [base] + [Price(_dec(c["price_input_per_m"]), _dec(c["price_cached_input_per_m"]),
+                           _dec(c["price_output_per_m"]), c["effective_from"]) for c in rows]
+
+
+def price_at(schedule: Sequence[Price], at: datetime) -> Price:
+    """The price in force at ``at``: the last change with ``effective_from <= at``."""
+    current = schedule[0]
+    for price in schedule[1:]:
+        if price.effective_from is not None and price.effective_from <= at:
+            current = price
+        else:
+            break
+    return current
+
+
+def to_ledger(amount: Decimal) -> Decimal:
+    return amount.quantize(LEDGER_QUANTUM, rounding=ROUND_HALF_UP)
+
+
+def request_cost(price: Price, prompt_tokens: int, cached_tokens: int,
+                 completion_tokens: int) -> Decimal:
+    """(uncached_in x in + cached x cached_in + out x out) / 1e6, at ledger precision."""
+    return to_ledger(_token_cost(price.as_mapping(), prompt_tokens, cached_tokens,
+                                 completion_tokens))
+
+
+def baseline_cost(frontier: Sequence[Price], at: datetime, prompt_tokens: int,
+                  completion_tokens: int) -> Decimal:
+    """The frontier (top-rank) tier's price at ``at`` for the same tokens, with no engine
+    prefix reuse and no cache: what savings are measured against."""
+    if not frontier:
+        return Decimal(0)
+    return request_cost(price_at(frontier, at), prompt_tokens, 0, completion_tokens)
+
+
+def frontier_schedule(schedules_by_rank: Mapping[int, Sequence[Price]]) -> list[Price]:
+    if not schedules_by_rank:
+        return []
+    return list(schedules_by_rank[max(schedules_by_rank)])
+
+
+def cents(amount: Decimal) -> Decimal:
+    return _dec(amount).quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+def allocate_cents(amounts: Sequence[Decimal]) -> list[Decimal]:
+    """Round each amount to cents so the rounded parts sum exactly to ``cents(sum)``
+    (largest remainder; ties go to the earlier item)."""
+    exact = [_dec(a) for a in amounts]
+    if not exact:
+        return []
+    total = cents(sum(exact, Decimal(0)))
+    floors = [(a / CENT).to_integral_value(rounding=ROUND_FLOOR) * CENT for a in exact]
+    short = int(((total - sum(floors, Decimal(0))) / CENT).to_integral_value())
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
+    out = list(floors)
+    if short >= 0:
+        for i in order[:short]:
+            out[i] += CENT
+    else:  # only with negative amounts (credits): take cents back from the smallest remainders
+        for i in order[::-1][:-short]:
+            out[i] -= CENT
+    return out
+
+
+def to_micro(amount_usd: Decimal | float | int | str, *, round_up: bool = False) -> int:
+    """Integer micro-dollars for the Redis budget counters."""
+    value = _dec(amount_usd) * MICRO
+    return int(value.to_integral_value(rounding=ROUND_CEILING if round_up else ROUND_HALF_UP))
+
+
+def from_micro(micro: int) -> Decimal:
+    return Decimal(int(micro)) / MICRO
+
+
+# --- GPU-hours for self-hosted pools ------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuRate:
+    gpu_type: str
+    hourly_usd: Decimal
+    effective_from: datetime | None = None
+
+
+def gpu_rate_at(rates: Sequence[GpuRate], gpu_type: str, at: datetime) -> Decimal | None:
+    """The hourly rate for ``gpu_type`` in force at ``at``; None when none applies yet."""
+    best: GpuRate | None = None
+    for rate in rates:
+        if rate.gpu_type != gpu_type:
+            continue
+        if rate.effective_from is not None and rate.effective_from > at:
+            continue
+        if best is None or (rate.effective_from or datetime.min.replace(tzinfo=at.tzinfo)) >= \
+                (best.effective_from or datetime.min.replace(tzinfo=at.tzinfo)):
+            best = rate
+    return None if best is None else best.hourly_usd
+
+
+def pool_hour_cost(replicas: int, gpus_per_replica: int, hourly_usd: Decimal) -> Decimal:
+    return Decimal(max(replicas, 0) * max(gpus_per_replica, 0)) * _dec(hourly_usd)
+
+
+def allocate_by_tokens(hour_cost: Decimal, tokens: Mapping[K, int]) -> dict[K, Decimal]:
+    """Split one pool-hour's cost over that hour's request groups by their share of the
+    pool's tokens. Parts are at ledger precision and sum exactly to ``hour_cost`` (the
+    rounding remainder goes to the largest group). Groups with no tokens (cache hits)
+    get 0. With no tokens at all nothing is allocated: the hour is idle capacity."""
+    total = sum(max(t, 0) for t in tokens.values())
+    if total == 0 or hour_cost == 0:
+        return {k: Decimal(0) for k in tokens}
+    cost = to_ledger(_dec(hour_cost))
+    out = {k: to_ledger(cost * max(t, 0) / total) for k, t in tokens.items()}
+    largest = max(tokens, key=lambda k: tokens[k])
+    out[largest] += cost - sum(out.values(), Decimal(0))
+    return out
+
+
+def cache_hit_saving(baseline_usd: Decimal) -> Decimal:
+    """A cache hit costs nothing (no tokens, no GPU time); it saved its frontier baseline."""
+    return _dec(baseline_usd)

@@ -1,0 +1,287 @@
+"""FinOps operations: adjustments, budgets (SQL side, alerts, Redis mirror), rollup runs,
+and the price schedules the cost model reads."""
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+from flask import current_app
+
+from app.audit.service import record
+from app.catalog.models import Tier
+from app.core import costing
+from app.errors import Forbidden, NotFound, ValidationError
+from app.extensions import db
+from app.finops import budget as rb
+from app.finops import rollups
+from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, TierPrice
+from app.ledger.models import LedgerEntry
+from app.redis_client import get_redis
+from app.tenants.models import Tenant
+
+log = logging.getLogger(__name__)
+THRESHOLDS = (50, 80, 100)
+_WATERMARK = "finops:rollup:watermark"
+
+
+def _ns() -> str:
+    return current_app.config["REDIS_NAMESPACE"]
+
+
+def _decimal(value: Any, field: str) -> Decimal:
+    try:
+        out = Decimal(str(value).strip().replace(",", "").lstrip("$"))
+    except (InvalidOperation, AttributeError):
+        raise ValidationError(f"{field} must be a number", {field: ["not a number"]}) from None
+    if not out.is_finite():
+        raise ValidationError(f"{field} must be a number", {field: ["not a number"]})
+    return out
+
+
+def _tenant(tenant_id: Any) -> Tenant:
+    try:
+        tenant = db.session.get(Tenant, int(tenant_id))
+    except (TypeError, ValueError):
+        tenant = None
+    if tenant is None:
+        raise NotFound("no such tenant", {"tenant_id": ["unknown tenant"]})
+    return tenant
+
+
+# --- adjustments ----------------------------------------------------------------------
+
+def record_adjustment(user, tenant_id: int, amount: Any, reason: str) -> LedgerEntry:
+    """A correction as a new ledger row (kind='adjustment'); the ledger is never edited.
+    Counted in the Redis month counter too, so budgets see credits and charges."""
+    tenant = _tenant(tenant_id)
+    if not user.can("budget.manage", tenant.id):
+        raise Forbidden("you may not adjust this tenant's costs")
+    value = _decimal(amount, "amount")
+    reason = (reason or "").strip()
+    if value == 0:
+        raise ValidationError("an adjustment must not be zero", {"amount": ["is zero"]})
+    if not reason:
+        raise ValidationError("say why", {"reason": ["required"]})
+    now = datetime.now(timezone.utc)
+    row = LedgerEntry(request_id=f"adj_{uuid.uuid4().hex}", kind="adjustment", at=now,
+                      tenant_id=tenant.id, tier="", workflow="", model="", status=200,
+                      cache="miss", cost_usd=costing.to_ledger(value),
+                      baseline_cost_usd=Decimal(0),
+                      payload={"adjustment": {"reason": reason[:500],
+                                              "by": getattr(user, "email", "system")}})
+    db.session.add(row)
+    db.session.flush()
+    record(user, "ledger.adjust", "ledger_entry", row.id, tenant_id=tenant.id,
+           after={"amount_usd": str(value), "reason": reason[:500],
+                  "request_id": row.request_id})
+    db.session.commit()
+    rb.add_spend(get_redis(), _ns(), tenant.id, value, rb.current_period(now))
+    return row
+
+
+# --- budgets --------------------------------------------------------------------------
+
+def save_budget(user, tenant_id: Any, monthly_limit_usd: Any, action: str,
+                webhook_url: str = "") -> Budget:
+    tenant = _tenant(tenant_id)
+    if not user.can("budget.manage", tenant.id):
+        raise Forbidden("you may not set this tenant's budget")
+    limit = _decimal(monthly_limit_usd, "monthly_limit_usd")
+    errors: dict[str, list[str]] = {}
+    if limit <= 0:
+        errors["monthly_limit_usd"] = ["must be above 0"]
+    if action not in BUDGET_ACTIONS:
+        errors["action"] = [f"one of {', '.join(BUDGET_ACTIONS)}"]
+    webhook_url = (webhook_url or "").strip()
+    if webhook_url and not webhook_url.startswith(("http://", "https://")):
+        errors["webhook_url"] = ["must be an http(s) URL"]
+    if errors:
+        raise ValidationError("the budget is not valid", errors)
+    row = db.session.scalar(sa.select(Budget).where(Budget.tenant_id == tenant.id))
+    before = _budget_dict(row) if row else None
+    if row is None:
+        row = Budget(tenant_id=tenant.id)
+        db.session.add(row)
+    row.monthly_limit_usd, row.action, row.webhook_url = limit, action, webhook_url
+    db.session.flush()
+    record(user, "budget.save", "budget", row.id, tenant_id=tenant.id, before=before,
+           after=_budget_dict(row))
+    db.session.commit()
+    rb.mirror_limit(get_redis(), _ns(), tenant.id, limit, action, tenant.name)
+    return row
+
+
+def delete_budget(user, tenant_id: Any) -> None:
+    tenant = _tenant(tenant_id)
+    if not user.can("budget.manage", tenant.id):
+        raise Forbidden("you may not remove this tenant's budget")
+    row = db.session.scalar(sa.select(Budget).where(Budget.tenant_id == tenant.id))
+    if row is None:
+        raise NotFound("this tenant has no budget")
+    record(user, "budget.delete", "budget", row.id, tenant_id=tenant.id,
+           before=_budget_dict(row))
+    db.session.delete(row)
+    db.session.commit()
+    rb.mirror_limit(get_redis(), _ns(), tenant.id, None)
+
+
+def _budget_dict(row: Budget) -> dict:
+    return {"tenant_id": row.tenant_id, "monthly_limit_usd": str(row.monthly_limit_usd),
+            "action": row.action, "webhook_url": row.webhook_url}
+
+
+def list_budgets(user, period: str | None = None) -> list[dict[str, Any]]:
+    """Budgets the user may see with this month's real-time spend from Redis."""
+    period = period or rb.current_period()
+    q = sa.select(Budget, Tenant).join(Tenant, Tenant.id == Budget.tenant_id).order_by(Tenant.name)
+    if user.tenant_id is not None:
+        q = q.where(Budget.tenant_id == user.tenant_id)
+    redis, ns, out = get_redis(), _ns(), []
+    for row, tenant in db.session.execute(q):
+        st = rb.state(redis, ns, tenant.id, period)
+        spent = costing.from_micro(st["spent_micro"])
+        out.append({"tenant_id": tenant.id, "tenant": tenant.name,
+                    "department": tenant.department, "period": period,
+                    "monthly_limit_usd": row.monthly_limit_usd, "action": row.action,
+                    "webhook_url": row.webhook_url, "spent_usd": spent,
+                    "in_flight_usd": costing.from_micro(st["reserved_micro"]),
+                    "used_pct": float(spent / row.monthly_limit_usd * 100)
+                    if row.monthly_limit_usd else 0.0,
+                    "can_manage": user.can("budget.manage", tenant.id)})
+    return out
+
+
+def list_alerts(user, limit: int = 50) -> list[dict[str, Any]]:
+    q = (sa.select(BudgetAlert, Tenant.name).join(Tenant, Tenant.id == BudgetAlert.tenant_id)
+         .order_by(BudgetAlert.at.desc()).limit(limit))
+    if user.tenant_id is not None:
+        q = q.where(BudgetAlert.tenant_id == user.tenant_id)
+    return [{"tenant_id": a.tenant_id, "tenant": name, "period": a.period,
+             "threshold_pct": a.threshold_pct, "spent_usd": a.spent_usd,
+             "at": a.at, "webhook_status": a.webhook_status}
+            for a, name in db.session.execute(q)]
+
+
+def check_budget_alerts(now: datetime | None = None) -> list[BudgetAlert]:
+    """Raise the 50/80/100% alerts crossed this month (from the Redis counters): one row
+    per tenant/period/threshold, then POST each new one to the budget's webhook (or
+    BUDGET_WEBHOOK_URL). Returns the new alerts."""
+    period = rb.current_period(now)
+    redis, ns, new = get_redis(), _ns(), []
+    for row, tenant in db.session.execute(sa.select(Budget, Tenant).join(
+            Tenant, Tenant.id == Budget.tenant_id)):
+        spent = costing.from_micro(rb.state(redis, ns, tenant.id, period)["spent_micro"])
+        used = spent / row.monthly_limit_usd * 100 if row.monthly_limit_usd else 0
+        for pct in THRESHOLDS:
+            if used < pct:
+                break
+            alert = _insert_alert(tenant.id, period, pct, spent)
+            if alert is not None:
+                new.append((alert, row, tenant))
+    db.session.commit()
+    default_url = current_app.config.get("BUDGET_WEBHOOK_URL") or ""
+    for alert, row, tenant in new:
+        url = row.webhook_url or default_url
+        if url:
+            alert.webhook_status = _post_webhook(url, alert, row, tenant)
+    db.session.commit()
+    return [a for a, _, _ in new]
+
+
+def _insert_alert(tenant_id: int, period: str, pct: int, spent: Decimal) -> BudgetAlert | None:
+    exists = db.session.scalar(sa.select(BudgetAlert.id).where(
+        BudgetAlert.tenant_id == tenant_id, BudgetAlert.period == period,
+        BudgetAlert.threshold_pct == pct))
+    if exists is not None:
+        return None
+    alert = BudgetAlert(tenant_id=tenant_id, period=period, threshold_pct=pct,
+                        spent_usd=costing.to_ledger(spent))
+    try:
+        with db.session.begin_nested():
+            db.session.add(alert)
+    except sa.exc.IntegrityError:  # another worker raised it first
+        return None
+    return alert
+
+
+def _post_webhook(url: str, alert: BudgetAlert, row: Budget, tenant: Tenant) -> str:
+    payload = {"event": "budget.threshold", "tenant_id": tenant.id, "tenant": tenant.name,
+               "department": tenant.department, "period": alert.period,
+               "threshold_pct": alert.threshold_pct, "spent_usd": str(costing.cents(alert.spent_usd)),
+               "monthly_limit_usd": str(costing.cents(row.monthly_limit_usd)),
+               "action": row.action}
+    try:
+        resp = httpx.post(url, json=payload, timeout=5.0)
+        return f"{resp.status_code}"
+    except httpx.HTTPError as exc:
+        log.warning("budget webhook %s failed: %s", url, exc)
+        return f"error: {type(exc).__name__}"[:64]
+
+
+def ledger_month_spend(period: str) -> dict[int, Decimal]:
+    start, end = rollups.month_range(period)
+    rows = db.session.execute(sa.select(LedgerEntry.tenant_id, sa.func.sum(LedgerEntry.cost_usd))
+                              .where(LedgerEntry.at >= start, LedgerEntry.at < end)
+                              .group_by(LedgerEntry.tenant_id))
+    return {t: Decimal(s or 0) for t, s in rows}
+
+
+def reconcile_budget_counters(period: str | None = None, *, force: bool = False
+                              ) -> list[dict[str, Any]]:
+    """Correct each budgeted tenant's Redis month counter from the ledger's SQL sum."""
+    period = period or rb.current_period()
+    spend = ledger_month_spend(period)
+    redis, ns, out = get_redis(), _ns(), []
+    for tenant_id in db.session.scalars(sa.select(Budget.tenant_id)):
+        before, after = rb.correct_spent(redis, ns, tenant_id, period,
+                                         spend.get(tenant_id, Decimal(0)), force=force)
+        out.append({"tenant_id": tenant_id, "before_micro": before, "after_micro": after})
+    return out
+
+
+def mirror_budgets() -> int:
+    """Publish every budget to Redis (run at period start and after a Redis loss)."""
+    redis, ns, n = get_redis(), _ns(), 0
+    for row, tenant in db.session.execute(sa.select(Budget, Tenant).join(
+            Tenant, Tenant.id == Budget.tenant_id)):
+        rb.mirror_limit(redis, ns, tenant.id, row.monthly_limit_usd, row.action, tenant.name)
+        redis.set(rb.spent_key(ns, tenant.id, rb.current_period()), 0, nx=True,
+                  ex=rb.COUNTER_TTL_S)
+        n += 1
+    return n
+
+
+# --- rollup runs ----------------------------------------------------------------------
+
+def run_rollups() -> dict[str, str]:
+    """Rebuild the buckets touched by ledger rows that arrived since the last run."""
+    redis = get_redis()
+    key = f"{_ns()}:{_WATERMARK}"
+    mark = int(redis.get(key) or 0)
+    since = datetime.now(timezone.utc) - timedelta(hours=2)
+    new_mark, counts = rollups.rebuild_new(mark, since)
+    if new_mark != mark:
+        redis.set(key, new_mark)
+    return counts
+
+
+# --- prices ---------------------------------------------------------------------------
+
+def price_schedules() -> dict[str, tuple[int, list[costing.Price]]]:
+    """tier name -> (rank, price schedule) for the cost model."""
+    changes: dict[int, list[dict]] = {}
+    for p in db.session.scalars(sa.select(TierPrice)):
+        changes.setdefault(p.tier_id, []).append(
+            {"effective_from": p.effective_from, "price_input_per_m": p.price_input_per_m,
+             "price_cached_input_per_m": p.price_cached_input_per_m,
+             "price_output_per_m": p.price_output_per_m})
+    return {t.name: (t.rank, costing.price_schedule(
+        {"price_input_per_m": t.price_input_per_m,
+         "price_cached_input_per_m": t.price_cached_input_per_m,
+         "price_output_per_m": t.price_output_per_m}, changes.get(t.id, [])))
+        for t in db.session.scalars(sa.select(Tier))}

@@ -1,0 +1,125 @@
+"""A month of generated ledger traffic shaped like the seed's cohort table (6.3), priced
+with the real cost model. For tests, screenshots and demos: rows are plain dicts."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from typing import Iterator, Sequence
+
+from app.core import costing
+from app.finops.rollups import month_range
+
+
+@dataclass(frozen=True)
+class Cohort:
+    share: float            # of requests
+    tier_mix: tuple[float, float, float]  # T1, T2, T3 among cache misses
+    prefix_hit: float       # cached_tokens / prompt_tokens
+    semantic_hit: float
+    exact_hit: float
+    ttft_ms: float          # median for tier 1
+    prompt: int
+    completion: int
+    minify: float           # output tokens saved by key minification
+
+
+COHORTS: dict[str, Cohort] = {
+    "structured_extraction": Cohort(0.36, (0.89, 0.09, 0.02), 0.924, 0.24, 0.03, 14.2,
+                                    2600, 250, 0.40),
+    "support_rag": Cohort(0.28, (0.68, 0.26, 0.06), 0.881, 0.29, 0.02, 18.8, 3200, 300, 0.0),
+    "code_sql": Cohort(0.20, (0.0, 0.74, 0.26), 0.845, 0.06, 0.01, 23.4, 2500, 450, 0.0),
+    "complex_reasoning": Cohort(0.10, (0.0, 0.48, 0.52), 0.81, 0.02, 0.0, 29.1, 3600, 600, 0.0),
+    "batch_summarization": Cohort(0.06, (0.96, 0.04, 0.0), 0.94, 0.0, 0.0, 16.5, 4000, 200, 0.0),
+}
+
+
+@dataclass(frozen=True)
+class SimTier:
+    name: str
+    model: str
+    schedule: Sequence[costing.Price]
+
+
+@dataclass(frozen=True)
+class SimWorkflow:
+    tenant_id: int
+    signature: str
+    category: str
+
+
+def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequence[SimTier],
+                   n: int, *, seed: int = 7, prefix: str = "sim") -> Iterator[dict]:
+    """``n`` ledger rows spread over ``period``. ``tiers`` go cheapest first; the last is
+    the frontier (the baseline)."""
+    rnd = random.Random(seed)
+    start, end = month_range(period)
+    span = (end - start).total_seconds()
+    frontier = tiers[-1].schedule
+    by_cat: dict[str, list[SimWorkflow]] = {}
+    for wf in workflows:
+        by_cat.setdefault(wf.category, []).append(wf)
+    cats = [c for c in COHORTS if c in by_cat]
+    weights = [COHORTS[c].share for c in cats]
+    for i in range(n):
+        cat = rnd.choices(cats, weights)[0]
+        co, wf = COHORTS[cat], rnd.choice(by_cat[cat])
+        at = start + timedelta(seconds=rnd.random() * span)
+        prompt = max(int(rnd.lognormvariate(0, 0.5) * co.prompt), 16)
+        completion = max(int(rnd.lognormvariate(0, 0.5) * co.completion), 1)
+        raw = int(completion / (1 - co.minify)) if co.minify else completion
+        baseline = costing.baseline_cost(frontier, at, prompt, raw)
+        r = rnd.random()
+        cache = "semantic" if r < co.semantic_hit else \
+            "exact" if r < co.semantic_hit + co.exact_hit else "miss"
+        rank = rnd.choices(range(len(tiers)), co.tier_mix[:len(tiers)])[0]
+        escalated = cache == "miss" and rank < len(tiers) - 1 and rnd.random() < 0.04
+        rank += 1 if escalated else 0
+        tier = tiers[rank]
+        if cache == "miss":
+            cached = min(int(prompt * min(max(rnd.gauss(co.prefix_hit, 0.05), 0), 1)), prompt)
+            cost = costing.request_cost(costing.price_at(tier.schedule, at), prompt, cached,
+                                        completion)
+            ttft = round(rnd.lognormvariate(0, 0.25) * co.ttft_ms * (1 + 0.6 * rank), 2)
+        else:
+            cached, cost, ttft = 0, Decimal(0), round(rnd.uniform(2.0, 6.0), 2)
+        yield {
+            "request_id": f"{prefix}-{seed}-{i}", "kind": "request", "at": at,
+            "tenant_id": wf.tenant_id, "workflow": wf.signature,
+            "tier": tier.name if cache == "miss" else "",
+            "model": tier.model if cache == "miss" else "", "status": 200, "cache": cache,
+            "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion,
+            "cost_usd": cost, "baseline_cost_usd": baseline, "escalated": escalated,
+            "ttft_ms": ttft, "latency_ms": round(ttft + completion * 0.9, 2),
+            "payload": {"request_id": f"{prefix}-{seed}-{i}",
+                        "caching_and_routing_decision": {
+                            "semantic_cache_hit": cache == "semantic",
+                            "radix_prefix_cache_tokens_reused": cached,
+                            "assigned_compute_tier": tier.name,
+                            "cascade_fallback_triggered": escalated},
+                        "token_and_latency_telemetry": {
+                            "time_to_first_token_ms": ttft,
+                            "raw_schema_output_tokens_equivalent": raw,
+                            "minified_schema_tokens_generated": completion,
+                            "request_cost_usd": str(cost),
+                            "baseline_frontier_equivalent_cost_usd": str(baseline)}},
+        }
+
+
+def default_tiers(price_change_at: datetime | None = None) -> list[SimTier]:
+    """Three tiers priced like the seed's (distilled 8B, 70B, frontier); the frontier's
+    price drops at ``price_change_at`` when given."""
+    def sched(i, c, o, change=None):
+        base = costing.Price(Decimal(i), Decimal(c), Decimal(o))
+        return [base] + ([change] if change else [])
+    change = None if price_change_at is None else costing.Price(
+        Decimal("2.00"), Decimal("0.50"), Decimal("8.00"), price_change_at)
+    return [SimTier("tier-1", "qwen2.5-7b-fp8", sched("0.20", "0.02", "0.60")),
+            SimTier("tier-2", "llama-3.3-70b", sched("0.80", "0.10", "2.40")),
+            SimTier("tier-3", "frontier", sched("2.50", "1.25", "10.00", change))]
+
+
+def mid_month(period: str) -> datetime:
+    start, _ = month_range(period)
+    return start.replace(day=15, hour=12, tzinfo=timezone.utc)

@@ -1,0 +1,120 @@
+"""Ledger -> rollup -> report numbers agree to the cent, across a mid-month price change."""
+import csv
+import io
+from datetime import timedelta
+from decimal import Decimal
+
+import sqlalchemy as sa
+
+from app.core import costing
+from app.extensions import db
+from app.finops import reports, rollups
+from app.ledger.models import LedgerEntry
+from tests.factories import UserFactory
+
+
+def ledger_sum(col, tenant_id=None):
+    q = sa.select(sa.func.sum(col))
+    if tenant_id is not None:
+        q = q.where(LedgerEntry.tenant_id == tenant_id)
+    return Decimal(db.session.scalar(q))
+
+
+def test_generated_costs_follow_the_price_in_force(month):
+    frontier = month["tiers"][-1].schedule
+    change = month["change"]
+    rows = [r for r in month["rows"] if r["tier"] == "tier-3"]
+    before = [r for r in rows if r["at"] < change]
+    after = [r for r in rows if r["at"] >= change]
+    assert before and after
+    for r in before[:20]:  # 2.50 / 1.25 / 10 per 1M
+        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * Decimal("2.5")
+                + r["cached_tokens"] * Decimal("1.25") + r["completion_tokens"] * 10) / 10**6
+        assert r["cost_usd"] == costing.to_ledger(want)
+    for r in after[:20]:  # 2.00 / 0.50 / 8 per 1M
+        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 2
+                + r["cached_tokens"] * Decimal("0.5") + r["completion_tokens"] * 8) / 10**6
+        assert r["cost_usd"] == costing.to_ledger(want)
+    r = after[0]
+    raw = r["payload"]["token_and_latency_telemetry"]["raw_schema_output_tokens_equivalent"]
+    assert r["baseline_cost_usd"] == costing.baseline_cost(frontier, r["at"], r["prompt_tokens"], raw)
+
+
+def test_ledger_rollups_and_every_report_agree_to_the_cent(month):
+    rollups.rebuild_all()
+    admin = UserFactory(role="finops")
+    period = reports.parse_period(month["period"])
+    cost = costing.cents(ledger_sum(LedgerEntry.cost_usd))
+    base = costing.cents(ledger_sum(LedgerEntry.baseline_cost_usd))
+    assert cost > 0 and base > cost
+
+    dash = reports.dashboard(admin, period)
+    assert costing.cents(dash["totals"]["cost"]) == cost
+    assert costing.cents(dash["totals"]["baseline"]) == base
+    assert dash["totals"]["requests"] == len(month["rows"])
+    assert costing.cents(sum(t["cost"] for t in dash["timeline"])) == cost
+    assert len(dash["timeline"]) == 31 and dash["grain"] == "day"
+
+    coh = reports.cohorts(admin, period)
+    assert coh["total"]["cost_cents"] == cost and coh["total"]["baseline_cents"] == base
+    assert sum(r["cost_cents"] for r in coh["rows"]) == cost
+    assert sum(r["baseline_cents"] for r in coh["rows"]) == base
+    assert {r["category"] for r in coh["rows"]} == {"structured_extraction", "support_rag",
+                                                     "code_sql", "complex_reasoning",
+                                                     "batch_summarization"}
+    extraction = next(r for r in coh["rows"] if r["category"] == "structured_extraction")
+    assert extraction["dominant"].split("%")[1].strip().startswith("tier-1")
+
+    show = reports.showback(admin, period)
+    assert show["total"]["cost_cents"] == cost
+    assert sum(r["cost_cents"] for r in show["rows"]) == cost
+    for r in show["rows"]:  # each line within a cent of its own exact sum, lines add up
+        exact = ledger_sum(LedgerEntry.cost_usd, r["tenant_id"])
+        assert costing.cents(r["cost"]) == costing.cents(exact)
+        assert abs(r["cost_cents"] - exact) < Decimal("0.01")
+
+    header, body = reports.report_rows(admin, "showback", period)
+    total_row = body[-1]
+    assert Decimal(str(total_row[header.index("chargeback_usd")])) == cost
+
+    # Day and hour buckets give the same cents as the ledger for their windows.
+    for start, end, grain in (("2026-10-02", "2026-10-31", "day"),
+                              ("2026-10-15", "2026-10-15", "day")):
+        p = reports.parse_period(start=start, end=end)
+        assert p.grain() == grain
+        want = db.session.scalar(sa.select(sa.func.sum(LedgerEntry.cost_usd)).where(
+            LedgerEntry.at >= p.start, LedgerEntry.at < p.end))
+        got = reports.dashboard(admin, p)
+        assert costing.cents(got["totals"]["cost"]) == costing.cents(want)
+        assert got["grain"] == ("hour" if p.days <= 3 else "day")
+
+
+def test_dashboard_shapes_the_seed_headline_and_rates(month):
+    rollups.rebuild_all()
+    admin = UserFactory(role="viewer")
+    d = reports.dashboard(admin, reports.parse_period(month["period"]))
+    t = d["totals"]
+    assert d["headline"]["per"] == "/mo" and d["headline"]["delta_pct"] < -30
+    assert 80 < t["prefix_hit_pct"] < 95
+    assert 10 < t["semantic_hit_pct"] < 30
+    assert t["ttft_p50"] < t["ttft_p95"]
+    assert t["output_per_request"] < t["raw_output_per_request"]
+    assert t["cache_saved"] > 0
+    assert {m["tier"] for m in d["tier_mix"]} == {"tier-1", "tier-2", "tier-3", "cache"}
+    assert abs(sum(m["pct"] for m in d["tier_mix"]) - 100) < 1e-9
+
+
+def test_ledger_csv_streams_the_period_rows(month, client):
+    from tests.finops.conftest import login
+    rollups.rebuild_all()
+    admin = UserFactory(role="finops")
+    login(client, admin)
+    resp = client.get("/finops/export/ledger.csv?period=2026-10")
+    assert resp.status_code == 200 and resp.mimetype == "text/csv"
+    rows = list(csv.reader(io.StringIO(resp.get_data(as_text=True))))
+    assert rows[0][0] == "request_id" and len(rows) == len(month["rows"]) + 1
+    total = sum(Decimal(r[rows[0].index("cost_usd")]) for r in rows[1:])
+    assert costing.cents(total) == costing.cents(ledger_sum(LedgerEntry.cost_usd))
+    assert client.get("/finops/export/ledger.csv?period=2026-09").get_data(as_text=True) \
+        .count("\n") == 1
+    assert client.get("/finops/export/nope.csv").status_code == 422
