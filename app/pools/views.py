@@ -1,4 +1,149 @@
-"""Console pages and admin API routes of the pools area."""
-from flask import Blueprint
+"""Pools page (live state, charts, operator buttons) and the matching admin API."""
+from __future__ import annotations
+
+import functools
+import json
+
+from flask import Blueprint, Response, flash, g, jsonify, redirect, render_template, request, url_for
+from flask_login import current_user, login_required
+
+from app.api.views import api_auth, body
+from app.catalog.service import list_pools
+from app.errors import Forbidden, ServiceError
+from app.pools import service
 
 bp = Blueprint("pools", __name__)
+api_bp = Blueprint("pools_api", __name__)
+
+
+def _global_only() -> None:
+    if current_user.tenant_id is not None:
+        raise Forbidden("pools are shared infrastructure")
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+    return get_plotlyjs()
+
+
+@bp.route("/pools/plotly.js")
+@login_required
+def plotly_js():
+    resp = Response(_plotly_js(), mimetype="application/javascript")
+    resp.cache_control.max_age = 86400
+    resp.cache_control.private = True
+    return resp
+
+
+def _page_data() -> dict:
+    pools = list_pools()
+    ids = [r.id for p in pools for r in p.replicas]
+    return {"pools": pools, "live": service.live_stats(ids),
+            "series": service.metric_series(ids), "lora_last": _lora_last(pools)}
+
+
+def _lora_last(pools) -> dict[int, dict]:
+    from app.redis_client import get_redis, keys
+    out = {}
+    try:
+        for p in pools:
+            raw = get_redis().get(keys().k("pool", p.id, "lora", "last"))
+            if raw:
+                out[p.id] = json.loads(raw)
+    except Exception:  # noqa: BLE001 - page renders without it
+        pass
+    return out
+
+
+@bp.route("/pools")
+@login_required
+def index():
+    _global_only()
+    return render_template("pools/index.html", can_operate=current_user.can("pool.operate"),
+                           **_page_data())
+
+
+def _after(message: str):
+    flash(message, "success")
+    return redirect(url_for("pools.index"))
+
+
+@bp.route("/pools/<int:pool_id>/action", methods=["POST"])
+@login_required
+def pool_action(pool_id: int):
+    action = request.form.get("action", "")
+    try:
+        chosen = service.request_pool_action(current_user, pool_id, action)
+    except ServiceError as exc:
+        if exc.status == 403:
+            raise
+        flash(exc.message, "error")
+        return redirect(url_for("pools.index"))
+    return _after(f"{action} queued for {len(chosen)} replica(s)")
+
+
+@bp.route("/pools/replicas/<int:replica_id>/action", methods=["POST"])
+@login_required
+def replica_action(replica_id: int):
+    action = request.form.get("action", "")
+    try:
+        replica = service.request_replica_action(current_user, replica_id, action)
+    except ServiceError as exc:
+        if exc.status == 403:
+            raise
+        flash(exc.message, "error")
+        return redirect(url_for("pools.index"))
+    return _after(f"{action} queued for {replica.name}")
+
+
+@bp.route("/pools/<int:pool_id>/lora", methods=["POST"])
+@login_required
+def pool_lora(pool_id: int):
+    action = "unload" if request.form.get("action") == "unload" else "load"
+    name = request.form.get("lora_name", "")
+    try:
+        service.request_lora(current_user, pool_id, action, name, request.form.get("lora_path", ""))
+    except ServiceError as exc:
+        if exc.status == 403:
+            raise
+        flash(exc.message, "error")
+        return redirect(url_for("pools.index"))
+    return _after(f"adapter {name}: {action} queued on every replica")
+
+
+# -- admin API -------------------------------------------------------------------------------
+@api_bp.route("/pools/status")
+@api_auth
+def api_status():
+    if g.api_user.tenant_id is not None:
+        raise Forbidden("pools are shared infrastructure")
+    data = _page_data()
+    return jsonify(pools=[{**p.to_dict(), "replicas": [
+        {**r.to_dict(), "live": data["live"].get(r.id, {})} for r in p.replicas]}
+        for p in data["pools"]])
+
+
+@api_bp.route("/pools/<int:pool_id>/actions", methods=["POST"])
+@api_auth
+def api_pool_action(pool_id: int):
+    chosen = service.request_pool_action(g.api_user, pool_id, str(body().get("action", "")))
+    return jsonify(queued=[r.id for r in chosen]), 202
+
+
+@api_bp.route("/pools/replicas/<int:replica_id>/actions", methods=["POST"])
+@api_auth
+def api_replica_action(replica_id: int):
+    replica = service.request_replica_action(g.api_user, replica_id,
+                                             str(body().get("action", "")))
+    return jsonify(queued=[replica.id]), 202
+
+
+@api_bp.route("/pools/<int:pool_id>/lora", methods=["POST"])
+@api_auth
+def api_pool_lora(pool_id: int):
+    data = body()
+    action = "unload" if data.get("action") == "unload" else "load"
+    service.request_lora(g.api_user, pool_id, action, str(data.get("lora_name", "")),
+                         str(data.get("lora_path", "")))
+    return jsonify(queued=action), 202
