@@ -51,7 +51,7 @@ class RequestContext:
     # upstream results
     upstream_status: int = 0
     upstream_headers: dict[str, str] = field(default_factory=dict)
-    upstream_response: Any = None           # open httpx.Response while streaming
+    upstream_response: Any = None           # open http1.Response while streaming
     first_chunk: bytes = b""
     response_json: dict | None = None       # non-streaming body
     response_bytes: bytes = b""

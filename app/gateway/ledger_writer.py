@@ -18,13 +18,14 @@ REQUEST_TTL_S = 7 * 86400  # how long /v1/feedback can name a request
 
 class LedgerWriter:
     def __init__(self, redis, keys, metrics=None, *, max_backlog: int = 200_000,
-                 batch: int = 256) -> None:
+                 batch: int = 256, linger_s: float = 0.02) -> None:
         self.redis = redis
         self.stream = keys.k("ledger", "stream")
         self.keys = keys
         self.metrics = metrics
         self.max_backlog = max_backlog
         self.batch = batch
+        self.linger_s = linger_s  # wait this long after the first event to write a batch
         self.queue: deque[dict] = deque()
         self.dropped = 0
         self.written = 0
@@ -59,6 +60,8 @@ class LedgerWriter:
     async def run(self) -> None:
         while True:
             await self._wake.wait()
+            if len(self.queue) < self.batch:
+                await asyncio.sleep(self.linger_s)
             self._wake.clear()
             try:
                 await self.flush()

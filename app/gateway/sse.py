@@ -11,8 +11,9 @@ import time
 from typing import AsyncIterator, Callable
 
 import anyio
-import httpx
 import orjson
+
+from app.gateway import http1
 
 from app.gateway.context import RequestContext
 
@@ -54,7 +55,7 @@ def collected_response(acc: dict, usage: dict) -> dict:
 async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                 ) -> AsyncIterator[bytes]:
     """Stream the open upstream response in ``ctx`` to the client, then call ``on_done``."""
-    resp: httpx.Response = ctx.upstream_response
+    resp: http1.Response = ctx.upstream_response
     want_usage = ctx.include_usage
     collect: dict | None = {} if ctx.collect_stream else None
     buf = b""
@@ -97,7 +98,7 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
             ctx.status, ctx.error = 502, "upstream_truncated"
             yield error_event("The upstream ended the stream early.", "upstream_truncated")
         yield DONE
-    except (httpx.TransportError, httpx.StreamError) as exc:
+    except (http1.HTTPClientError, OSError) as exc:
         failed = True
         ctx.status, ctx.error = 502, "upstream_disconnected"
         log.warning("request %s: upstream failed mid-stream: %r", ctx.request_id, exc)

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 import time
 
-import httpx
 import orjson
+
+from app.gateway import http1
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
@@ -35,9 +36,9 @@ def upstream_request_headers(client_headers: dict[str, str], request_id: str,
     return out
 
 
-def downstream_headers(upstream_headers: httpx.Headers) -> dict[str, str]:
-    return {k: v for k, v in strip_hop_by_hop({k.lower(): v for k, v in
-                                               upstream_headers.items()}).items()
+def downstream_headers(upstream_headers: dict[str, str] | None) -> dict[str, str]:
+    """Upstream response headers (lower-case names) fit to pass to the client."""
+    return {k: v for k, v in strip_hop_by_hop(upstream_headers or {}).items()
             if k not in _DROP_DOWN}
 
 
@@ -52,7 +53,7 @@ class UpstreamError(Exception):
     """An upstream failed before the client saw a byte; ``retryable`` decides failover."""
 
     def __init__(self, message: str, *, kind: str, status: int = 0, body: bytes = b"",
-                 headers: httpx.Headers | None = None) -> None:
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.kind = kind          # connect | timeout | status | protocol
         self.status = status
@@ -62,20 +63,16 @@ class UpstreamError(Exception):
 
 
 class Upstream:
-    """One httpx.AsyncClient with pooled keep-alive connections, plus passive ejection:
-    a replica that just failed is skipped by new requests for ``eject_s`` seconds."""
+    """Pooled keep-alive connections to every upstream, plus passive ejection: a replica
+    that just failed is skipped by new requests for ``eject_s`` seconds."""
 
-    def __init__(self, *, max_connections: int = 1024, keepalive: int = 256,
-                 eject_s: float = 5.0) -> None:
-        self.client = httpx.AsyncClient(
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=keepalive, keepalive_expiry=60),
-            timeout=None, follow_redirects=False, trust_env=False)
+    def __init__(self, *, keepalive: int = 256, eject_s: float = 5.0) -> None:
+        self.pool = http1.Pool(max_idle_per_host=keepalive)
         self.eject_s = eject_s
         self._ejected: dict[str, float] = {}
 
     async def aclose(self) -> None:
-        await self.client.aclose()
+        await self.pool.aclose()
 
     def eject(self, url: str) -> None:
         self._ejected[url] = time.monotonic() + self.eject_s
@@ -96,19 +93,17 @@ class Upstream:
         return os.environ.get(name) if name else None
 
     async def open(self, url: str, headers: dict[str, str], body: dict,
-                   timeout_s: float, stream: bool) -> httpx.Response:
+                   timeout_s: float, stream: bool) -> http1.Response:
         """Send the request and return a response whose status is 2xx and, when
-        streaming, whose first chunk has arrived (``response.sluice_first``).
-        Raises UpstreamError for anything that fails before that."""
-        timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 5.0))
-        req = self.client.build_request("POST", url, content=orjson.dumps(body),
-                                        headers=headers, timeout=timeout)
+        streaming, whose first chunk has arrived (``response.sluice_first``, the rest
+        from ``response.sluice_iter``). Raises UpstreamError for anything that fails
+        before that: nothing has reached the client yet, so the caller may fail over."""
         try:
-            resp = await self.client.send(req, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamError(f"upstream timed out: {exc!r}", kind="timeout") from exc
-        except httpx.TransportError as exc:
-            raise UpstreamError(f"upstream unreachable: {exc!r}", kind="connect") from exc
+            resp = await self.pool.post(url, headers, orjson.dumps(body), timeout_s)
+        except http1.Timeout as exc:
+            raise UpstreamError(f"upstream timed out: {exc}", kind="timeout") from exc
+        except http1.HTTPClientError as exc:
+            raise UpstreamError(f"upstream unreachable: {exc}", kind="connect") from exc
         try:
             if resp.status_code >= 300:
                 data = await resp.aread()
@@ -131,11 +126,11 @@ class Upstream:
             await resp.aclose()
             raise UpstreamError("upstream closed before the first byte",
                                 kind="protocol") from exc
-        except httpx.TimeoutException as exc:
+        except http1.Timeout as exc:
             await resp.aclose()
-            raise UpstreamError(f"upstream timed out before the first byte: {exc!r}",
+            raise UpstreamError(f"upstream timed out before the first byte: {exc}",
                                 kind="timeout") from exc
-        except httpx.TransportError as exc:
+        except http1.HTTPClientError as exc:
             await resp.aclose()
-            raise UpstreamError(f"upstream failed before the first byte: {exc!r}",
+            raise UpstreamError(f"upstream failed before the first byte: {exc}",
                                 kind="protocol") from exc

@@ -1,0 +1,274 @@
+"""Added latency of the gateway over calling the same fast local upstream directly.
+
+    .venv/bin/python bench/gateway_overhead.py [--seconds 4] [--levels 1,32,256]
+                                               [--litellm /tmp/litellm-venv]
+
+Real processes: a minimal OpenAI-compatible upstream (uvicorn), the gateway (gunicorn +
+uvicorn worker, 1 worker: this is a 2-core box shared with the upstream and the load
+generator), and a load generator process that holds N keep-alive connections and sends
+non-streaming chat completions back to back for a fixed time. For each concurrency it
+prints p50/p99 latency and req/s direct, through the gateway, and through LiteLLM's proxy
+(if a venv with ``litellm[proxy]`` exists at --litellm or $SLUICE_BENCH_LITELLM),
+and the added p50/p99 over direct. The gateway gets its config the production way: a
+snapshot in Redis ($SLUICE_REDIS_URL, a throwaway namespace).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY = "sk-sl-bench-" + "x" * 24
+BODY = json.dumps({"model": "tier-1", "messages": [
+    {"role": "system", "content": "You are a benchmark."},
+    {"role": "user", "content": "Say hello."}], "max_tokens": 8}).encode()
+_RESPONSE = json.dumps({
+    "id": "chatcmpl-bench", "object": "chat.completion", "created": 1700000000,
+    "model": "tiny", "choices": [{"index": 0, "message": {"role": "assistant",
+                                                         "content": "Hello there!"},
+                                  "logprobs": None, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15,
+              "prompt_tokens_details": {"cached_tokens": 8}}}).encode()
+
+
+async def upstream_app(scope, receive, send):
+    """The fast upstream: a fixed chat completion, no framework."""
+    if scope["type"] == "lifespan":
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(_RESPONSE)).encode())]})
+    await send({"type": "http.response.body", "body": _RESPONSE})
+
+
+# ---------------------------------------------------------------- load generator process
+
+async def _one_conn(host: str, port: int, request: bytes, stop_at: float, warm_until: float,
+                    lat: list[float], errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                return
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head[9:12])
+            lower = head.lower()
+            i = lower.find(b"content-length:")
+            if i >= 0:
+                n = int(lower[i + 15:lower.index(b"\r\n", i)])
+                await reader.readexactly(n)
+            else:  # chunked
+                while True:
+                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+                    await reader.readexactly(size + 2)
+                    if size == 0:
+                        break
+            t1 = time.perf_counter()
+            if status != 200:
+                errors.append(status)
+            elif t0 >= warm_until:
+                lat.append(t1 - t0)
+    finally:
+        writer.close()
+
+
+async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float) -> dict:
+    host, port = url.split("//")[1].split(":")
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY
+    lat: list[float] = []
+    errors: list[int] = []
+    start = time.perf_counter()
+    warm_until, stop_at = start + warm, start + warm + seconds
+    results = await asyncio.gather(*[_one_conn(host, int(port), request, stop_at, warm_until,
+                                               lat, errors) for _ in range(conc)],
+                                   return_exceptions=True)
+    exc = [repr(r) for r in results if isinstance(r, BaseException)]
+    lat.sort()
+    n = len(lat)
+    return {"n": n, "rps": n / seconds, "errors": len(errors) + len(exc),
+            "error_sample": (exc or [str(e) for e in errors[:3]])[:3],
+            "p50_ms": lat[n // 2] * 1000 if n else None,
+            "p99_ms": lat[min(n - 1, int(n * 0.99))] * 1000 if n else None}
+
+
+# ---------------------------------------------------------------- orchestration
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_http(url: str, timeout: float = 60.0, headers: dict | None = None) -> None:
+    import httpx
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(url, content=BODY, headers={"authorization": f"Bearer {KEY}",
+                                                       "content-type": "application/json",
+                                                       **(headers or {})}, timeout=5)
+            if r.status_code == 200:
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def snapshot(upstream: str) -> dict:
+    from app.policies.schema import DEFAULTS
+    tier = {"id": 1, "name": "tier-1", "rank": 1, "model": "tiny", "price_input_per_m": "0.06",
+            "price_cached_input_per_m": "0.015", "price_output_per_m": "0.18",
+            "upstream_kind": "external", "pool_id": None, "endpoint_url": upstream + "/v1",
+            "api_key_env": "", "timeout_s": 30.0, "enabled": True}
+    return {"version": 1, "tiers": [tier], "pools": {}, "workflows": {},
+            "tenants": {"1": {"id": 1, "name": "bench", "department": "bench",
+                              "status": "active", "policy": dict(DEFAULTS)}},
+            "keys": {hashlib.sha256(KEY.encode()).hexdigest():
+                     {"id": 1, "tenant_id": 1, "prefix": KEY[:12], "expires_at": None}},
+            "global_policy": dict(DEFAULTS)}
+
+
+def run_load(url: str, path: str, conc: int, seconds: float, warm: float) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--loadgen", url, path, str(conc),
+                          str(seconds), str(warm)], capture_output=True, text=True,
+                         timeout=seconds + warm + 60)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout)
+
+
+def start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--warm", type=float, default=1.0)
+    ap.add_argument("--levels", default="1,32,256")
+    ap.add_argument("--litellm", default=os.environ.get("SLUICE_BENCH_LITELLM",
+                                                        "/tmp/litellm-venv"))
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    import redis
+    redis_url = os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0")
+    ns = f"sluicebench{uuid.uuid4().hex[:8]}"
+    tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "SLUICE_REDIS_URL": redis_url, "SLUICE_REDIS_NAMESPACE": ns, "SLUICE_ENV": "dev",
+           "PYTHONPATH": str(ROOT)}
+    procs: list[subprocess.Popen] = []
+    r = redis.Redis.from_url(redis_url)
+    try:
+        up_port, gw_port = free_port(), free_port()
+        upstream = f"http://127.0.0.1:{up_port}"
+        procs.append(start([sys.executable, "-m", "uvicorn", "--app-dir", str(ROOT / "bench"),
+                            "gateway_overhead:upstream_app", "--host", "127.0.0.1", "--port",
+                            str(up_port), "--log-level", "warning", "--no-access-log"],
+                           env, tmp / "upstream.log"))
+        snap = snapshot(upstream)
+        r.set(f"{ns}:snapshot:data", json.dumps(snap))
+        r.set(f"{ns}:snapshot:version", 1)
+        gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+        procs.append(start([gunicorn, "-k", "uvicorn.workers.UvicornWorker", "-w", "1",
+                            "-b", f"127.0.0.1:{gw_port}", "--log-level", "warning",
+                            "app.gateway.asgi:create_gateway()"], env, tmp / "gateway.log"))
+        targets = {"direct": (upstream, "/v1/chat/completions"),
+                   "sluice": (f"http://127.0.0.1:{gw_port}", "/v1/chat/completions")}
+        wait_http(upstream + "/v1/chat/completions")
+        wait_http(targets["sluice"][0] + "/v1/chat/completions")
+        litellm_bin = Path(args.litellm) / "bin" / "litellm"
+        litellm_note = ""
+        if litellm_bin.exists():
+            ll_port = free_port()
+            cfg = tmp / "litellm.yaml"
+            cfg.write_text(json.dumps({
+                "model_list": [{"model_name": "tier-1", "litellm_params": {
+                    "model": "openai/tiny", "api_base": upstream + "/v1", "api_key": "sk-x"}}],
+                "litellm_settings": {"drop_params": True, "telemetry": False,
+                                     "set_verbose": False},
+                "general_settings": {}}))
+            ll_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+            ll_env.update(LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False",
+                          LITELLM_LOCAL_MODEL_COST_MAP="True")
+            procs.append(start([str(litellm_bin), "--config", str(cfg), "--host", "127.0.0.1",
+                                "--port", str(ll_port), "--num_workers", "1"], ll_env,
+                               tmp / "litellm.log"))
+            try:
+                wait_http(f"http://127.0.0.1:{ll_port}/v1/chat/completions", timeout=120)
+                targets["litellm"] = (f"http://127.0.0.1:{ll_port}", "/v1/chat/completions")
+            except RuntimeError:
+                litellm_note = f"LiteLLM proxy did not start (log: {tmp / 'litellm.log'})"
+        else:
+            litellm_note = (f"LiteLLM unavailable: no {litellm_bin} (python3 -m venv "
+                            "/tmp/litellm-venv && /tmp/litellm-venv/bin/pip install "
+                            "'litellm[proxy]')")
+        results: dict[int, dict[str, dict]] = {}
+        for conc in levels:
+            results[conc] = {name: run_load(url, path, conc, args.seconds, args.warm)
+                             for name, (url, path) in targets.items()}
+        print(f"gateway overhead, non-streaming chat completions, {args.seconds:g}s per cell, "
+              f"{os.cpu_count()} CPUs")
+        print(f"{'conc':>5} {'target':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
+              f"{'+p50 ms':>8} {'+p99 ms':>8} {'errors':>6}")
+        for conc, row in results.items():
+            base = row["direct"]
+            for name, res in row.items():
+                add50 = add99 = ""
+                if name != "direct" and res["p50_ms"] is not None:
+                    add50 = f"{res['p50_ms'] - base['p50_ms']:.2f}"
+                    add99 = f"{res['p99_ms'] - base['p99_ms']:.2f}"
+                p50 = f"{res['p50_ms']:.2f}" if res["p50_ms"] is not None else "-"
+                p99 = f"{res['p99_ms']:.2f}" if res["p99_ms"] is not None else "-"
+                print(f"{conc:>5} {name:>8} {p50:>8} {p99:>8} {res['rps']:>8.0f} "
+                      f"{add50:>8} {add99:>8} {res['errors']:>6}")
+                if res["errors"]:
+                    print(f"      {name} error sample: {res['error_sample']}")
+        if litellm_note:
+            print(litellm_note)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for key in r.scan_iter(f"{ns}:*"):
+            r.delete(key)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--loadgen":
+        url, path, conc, secs, warm = sys.argv[2:7]
+        print(json.dumps(asyncio.run(_loadgen(url, path, int(conc), float(secs), float(warm)))))
+    else:
+        sys.path.insert(0, str(ROOT))
+        main()
