@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.gateway.conftest import frontier, gateway  # noqa: F401  (fixtures, reused)
 from tests.workers.conftest import READY_TIMEOUT_S, ROOT, Worker, worker_env
 
 

@@ -32,8 +32,60 @@ def _snapshot_states(redis_client, pool_id: int) -> dict[int, str]:
     return {r["id"]: r["state"] for r in pool.get("replicas", [])}
 
 
+def _gateway_tenant(app, gateway, frontier, pool) -> str:
+    """Tier-1 on ``pool`` behind the real gateway, for a tenant that stays on tier 1."""
+    from decimal import Decimal
+
+    from app.catalog.models import Tier
+    from app.policies.models import Policy
+    from tests.factories import TenantFactory, make_key
+    from tests.gateway.conftest import publish_and_wait
+    tenant = TenantFactory()
+    _, key = make_key(tenant)
+    db.session.add(Tier(name="tier-1", rank=1, model="tiny", upstream_kind="pool",
+                        pool_id=pool.id, price_input_per_m=Decimal("0.06"),
+                        price_output_per_m=Decimal("0.18"), timeout_s=60))
+    db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
+                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
+                        price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
+    db.session.add(Policy(tenant_id=None, values={}))
+    db.session.add(Policy(tenant_id=tenant.id, values={
+        "margin_gamma": 0.0, "frontier_first_hours": 0, "cache_enabled": False}))
+    db.session.commit()
+    publish_and_wait(gateway)
+    return key
+
+
+def _served(replicas) -> dict[int, float]:
+    """Requests each replica has finished, from its own /metrics."""
+    from workers.pools.metrics import parse_prometheus
+    out = {}
+    for r in replicas:
+        try:
+            text = httpx.get(f"{r.url}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            out[r.id] = -1.0
+            continue
+        out[r.id] = sum(v for (n, _), v in parse_prometheus(text).items()
+                        if n == "vllm:request_success_total")
+    return out
+
+
+def _via_gateway(gateway, key: str, n: int) -> list[int]:
+    codes = []
+    for i in range(n):
+        resp = httpx.post(f"{gateway.url}/v1/chat/completions", timeout=60,
+                          headers={"authorization": f"Bearer {key}"},
+                          json={"model": "tier-1", "max_tokens": 4, "temperature": 0,
+                                "messages": [{"role": "system", "content": f"workflow {i}"},
+                                             {"role": "user", "content": f"question {i}"}]})
+        codes.append(resp.status_code)
+        assert resp.headers.get("x-sluice-tier") == "tier-1", resp.text
+    return codes
+
+
 def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client, pool_worker,
-                                                              tiny_model_dir):
+                                                              tiny_model_dir, gateway, frontier):
     celery = app.extensions["celery"]
     pool = PoolFactory(name=f"ref-{uuid.uuid4().hex[:6]}", engine="reference",
                        model=str(tiny_model_dir), served_model_name="tiny", desired_replicas=2,
@@ -60,6 +112,12 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
                 "max_tokens": 4, "temperature": 0})
             assert out.status_code == 200 and out.json()["usage"]["completion_tokens"] >= 1
 
+        key = _gateway_tenant(app, gateway, frontier, pool)
+        before = _served(replicas)
+        assert _via_gateway(gateway, key, 6) == [200] * 6
+        after_gw = _served(replicas)
+        assert sum(after_gw.values()) - sum(before.values()) >= 6  # the engines served them
+
         celery.send_task("pools.scrape", args=["local"], queue="pool.local")
         pool_worker.wait_for(lambda: all(redis_client.exists(keys().k("replica", r.id, "stats"))
                                          for r in replicas), 60, "live stats in Redis")
@@ -75,21 +133,30 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
         victim, other = replicas
         victim_pid, other_pid = victim.pid, other.pid  # the ORM objects refresh below
         os.kill(victim_pid, signal.SIGKILL)
-        seen_down = {"sql": False, "snapshot": False}
 
-        def down_then_back() -> bool:
+        def marked_down() -> bool:
             celery.send_task("pools.supervise", args=["local"], queue="pool.local")
-            r = {x.id: x for x in _replicas(pool.id)}
-            if r[victim.id].state == "down":
-                seen_down["sql"] = True
-                snap = _snapshot_states(redis_client, pool.id)
-                if snap.get(victim.id) == "down" and snap.get(other.id) == "healthy":
-                    seen_down["snapshot"] = True
-            return (seen_down["sql"] and r[victim.id].state == "healthy"
-                    and r[victim.id].restarts == 1)
+            snap = _snapshot_states(redis_client, pool.id)
+            return (_replicas(pool.id)[0].state == "down" and snap.get(victim.id) == "down"
+                    and snap.get(other.id) == "healthy")
 
-        pool_worker.wait_for(down_then_back, 180, "victim marked down, then restarted")
-        assert seen_down["snapshot"], "the snapshot never showed the dead replica as down"
+        pool_worker.wait_for(marked_down, 60, "victim marked down in SQL and the snapshot")
+        # No supervisor tick now, so it stays down: the gateway keeps serving, all from
+        # the survivor.
+        from tests.gateway.conftest import health, wait_for
+        version = int(redis_client.get(keys().k("snapshot", "version")))
+        wait_for(lambda: (health(gateway).get("snapshot_version") or 0) >= version, 15,
+                 "gateway reloads the snapshot")
+        served_before = _served([other])[other.id]
+        assert _via_gateway(gateway, key, 4) == [200] * 4
+        assert _served([other])[other.id] - served_before >= 4
+
+        def back() -> bool:
+            celery.send_task("pools.supervise", args=["local"], queue="pool.local")
+            r = _replicas(pool.id)[0]
+            return r.state == "healthy" and r.restarts == 1
+
+        pool_worker.wait_for(back, 180, "victim restarted by the supervisor")
         after = {x.id: x for x in _replicas(pool.id)}
         assert after[victim.id].pid != victim_pid and launcher.is_running(after[victim.id].pid)
         assert after[other.id].pid == other_pid and after[other.id].restarts == 0
