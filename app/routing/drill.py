@@ -38,8 +38,9 @@ def run_replica_loss(gateway_url: str, key: str, replicas: list[dict],
                      sessions: int = 8, teams: int = 2, turns_before: int = 3,
                      turns_after: int = 4, model: str = "auto", max_tokens: int = 8,
                      prompt_words: int = 300, timeout_s: float = 120.0,
-                     seed: int = 0) -> dict:
-    """``replicas``: ``[{"id", "url"}]`` of the pool behind the gateway's tier."""
+                     seed: int = 0, victims: list | None = None) -> dict:
+    """``replicas``: ``[{"id", "url"}]`` of the pool behind the gateway's tier;
+    ``victims``: ids to stop (default: chosen from who owns which sessions)."""
     rng = random.Random(seed)
     chats = make_sessions(sessions, teams, prompt_words, prefix=f"drill{seed}-")
     urls = {r["id"]: r["url"] for r in replicas}
@@ -56,10 +57,12 @@ def run_replica_loss(gateway_url: str, key: str, replicas: list[dict],
             if turn == turns_before:
                 home = {c.session_id: owners[c.session_id][-1] for c in chats
                         if owners[c.session_id]}
-                # stop the replicas that own the most sessions, so keys must move
+                # every other replica by sessions owned: dead ones own sessions (keys
+                # must move) and live ones keep some (those keys must not)
                 counts = {rid: list(home.values()).count(rid) for rid in urls}
-                victims = sorted(urls, key=lambda rid: (-counts[rid], str(rid)))[:stop_count]
-                stopped = [{"id": rid, "url": urls[rid]} for rid in victims]
+                ranked = sorted(urls, key=lambda rid: (-counts[rid], str(rid)))
+                chosen = list(victims) if victims else (ranked[0::2] + ranked[1::2])[:stop_count]
+                stopped = [{"id": rid, "url": urls[rid]} for rid in chosen]
                 stop(stopped)
             q_sum = h_sum = 0.0
             for chat in chats:
