@@ -18,3 +18,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     || { echo "setup: install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
+
+# Headless Chromium for the browser tests (tests/e2e): Debian's package, because
+# `playwright install` cannot download here. Only when missing and apt-get exists.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing chromium for the browser tests"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } \
+    >/dev/null 2>&1 || echo "setup: could not install chromium; browser tests will skip" >&2
+fi

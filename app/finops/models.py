@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from sqlalchemy import JSON, ForeignKey, Index, Numeric, String, UniqueConstraint
+from sqlalchemy import Column, ForeignKey, Index, Integer, Numeric, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
+from app.finops.histogram import N_BUCKETS
 from app.models_base import UTCDateTime, utcnow
 
 Money = Numeric(18, 10)
@@ -97,9 +98,15 @@ class Rollup(db.Model):
     baseline_cost_usd: Mapped[Decimal] = mapped_column(Money, default=0)
     ttft_ms_sum: Mapped[float] = mapped_column(default=0.0)
     ttft_count: Mapped[int] = mapped_column(default=0)
-    # Counts per app.finops.histogram.TTFT_BOUNDS bucket: p50/p95 without the ledger.
-    ttft_hist: Mapped[list] = mapped_column(JSON, default=list)
+    # ttft_b00..ttft_b34: counts per app.finops.histogram.TTFT_BOUNDS bucket, so p50/p95
+    # over any period come from the rollups (added below the class; plain integer columns
+    # sum far faster than JSON arrays).
     # Frontier baseline of the cache hits in the group (they cost 0: this is what they saved).
     cache_saved_usd: Mapped[Decimal] = mapped_column(Money, default=0)
     # The part of cost_usd that came from adjustment rows (credits are negative).
     adjustment_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+
+
+TTFT_BUCKET_COLUMNS = tuple(f"ttft_b{i:02d}" for i in range(N_BUCKETS))  # migration 0004: 35
+for _name in TTFT_BUCKET_COLUMNS:
+    setattr(Rollup, _name, Column(_name, Integer, nullable=False, default=0, server_default="0"))

@@ -15,7 +15,7 @@ from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.finops import histogram
 from app.finops.budget import current_period
-from app.finops.models import Budget, Rollup
+from app.finops.models import TTFT_BUCKET_COLUMNS, Budget, Rollup
 from app.finops.rollups import IDLE_WORKFLOW, ceil_bucket, floor_bucket, month_range, next_bucket
 from app.ledger.models import LedgerEntry
 from app.tenants.models import Tenant
@@ -96,8 +96,7 @@ def visible_tenants(user) -> list[Tenant]:
 
 # --- shared aggregation ---------------------------------------------------------------
 
-_HIST = [sa.func.sum(sa.func.coalesce(Rollup.ttft_hist[i].as_integer(), 0))
-         for i in range(histogram.N_BUCKETS)]
+_HIST = [sa.func.coalesce(sa.func.sum(getattr(Rollup, c)), 0) for c in TTFT_BUCKET_COLUMNS]
 _SUMS = {"requests": Rollup.requests, "cache_exact": Rollup.cache_exact,
          "cache_semantic": Rollup.cache_semantic, "escalations": Rollup.escalations,
          "prompt_tokens": Rollup.prompt_tokens, "cached_tokens": Rollup.cached_tokens,

@@ -18,7 +18,7 @@ from app.catalog.models import Pool, Replica, ReplicaMetric, Tier
 from app.core import costing
 from app.extensions import db
 from app.finops.histogram import N_BUCKETS, TTFT_BOUNDS
-from app.finops.models import GpuRate, Rollup
+from app.finops.models import TTFT_BUCKET_COLUMNS, GpuRate, Rollup
 from app.ledger.models import LedgerEntry
 from app.tenants.models import Tenant
 
@@ -27,7 +27,7 @@ _LOCK_KEY = 91_0009  # pg_advisory_xact_lock key for rollup rebuilds
 _SUM_COLUMNS = ("requests", "cache_exact", "cache_semantic", "escalations", "prompt_tokens",
                 "cached_tokens", "completion_tokens", "raw_schema_output_tokens", "cost_usd",
                 "gpu_cost_usd", "baseline_cost_usd", "ttft_ms_sum", "ttft_count",
-                "cache_saved_usd", "adjustment_usd")
+                "cache_saved_usd", "adjustment_usd", *TTFT_BUCKET_COLUMNS)
 _DIMS = ("tenant_id", "department", "tier", "workflow", "model")
 
 
@@ -71,12 +71,6 @@ def _trunc(col, grain: str):
     return sa.func.strftime(fmt, col)
 
 
-def _json_array(*items):
-    name = "json_build_array" if db.session.get_bind().dialect.name == "postgresql" \
-        else "json_array"
-    return getattr(sa.func, name)(*items)
-
-
 # --- building -------------------------------------------------------------------------
 
 def _hour_select(start: datetime, end: datetime):
@@ -113,9 +107,8 @@ def _hour_select(start: datetime, end: datetime):
         sa.func.coalesce(sa.func.sum(L.cost_usd), 0), sa.literal(0),
         sa.func.coalesce(sa.func.sum(L.baseline_cost_usd), 0),
         sa.func.coalesce(sa.func.sum(ttft), 0.0), sa.func.count(ttft),
-        _json_array(*hist),
         sum_if(sa.and_(is_request, L.cache != "miss"), L.baseline_cost_usd),
-        sum_if(L.kind == "adjustment", L.cost_usd))
+        sum_if(L.kind == "adjustment", L.cost_usd), *hist)
         .select_from(L).outerjoin(Tenant, Tenant.id == L.tenant_id)
         .where(L.at >= start, L.at < end)
         .group_by(bucket, L.tenant_id, department, L.tier, L.workflow, L.model))
@@ -125,16 +118,12 @@ def _coarser_select(grain: str, source: str, start: datetime, end: datetime):
     R = Rollup
     bucket = _trunc(R.bucket_start, grain)
     sums = [sa.func.sum(getattr(R, c)) for c in _SUM_COLUMNS]
-    hist = _json_array(*[sa.func.sum(sa.func.coalesce(R.ttft_hist[i].as_integer(), 0))
-                         for i in range(N_BUCKETS)])
-    return (sa.select(sa.literal(grain), bucket, *[getattr(R, d) for d in _DIMS],
-                      *sums[:13], hist, *sums[13:])
+    return (sa.select(sa.literal(grain), bucket, *[getattr(R, d) for d in _DIMS], *sums)
             .where(R.grain == source, R.bucket_start >= start, R.bucket_start < end)
             .group_by(bucket, *[getattr(R, d) for d in _DIMS]))
 
 
-_INSERT_COLUMNS = ("grain", "bucket_start", *_DIMS, *_SUM_COLUMNS[:13], "ttft_hist",
-                   *_SUM_COLUMNS[13:])
+_INSERT_COLUMNS = ("grain", "bucket_start", *_DIMS, *_SUM_COLUMNS)
 
 
 def _replace(grain: str, start: datetime, end: datetime, select) -> str:
@@ -241,7 +230,7 @@ def allocate_gpu_hours(start: datetime, end: datetime) -> int:
             idle.append({"grain": "hour", "bucket_start": bucket, "tenant_id": 0,
                          "department": "", "tier": tier_of_pool[pool_id],
                          "workflow": IDLE_WORKFLOW, "model": model_of_pool[pool_id],
-                         "gpu_cost_usd": costing.to_ledger(cost), "ttft_hist": []})
+                         "gpu_cost_usd": costing.to_ledger(cost)})
             continue
         for rid, part in costing.allocate_by_tokens(cost, shares).items():
             updates.append({"rid": rid, "gpu": part})

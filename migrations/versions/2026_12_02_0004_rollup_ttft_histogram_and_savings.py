@@ -14,11 +14,15 @@ down_revision = '0003'
 branch_labels = None
 depends_on = None
 
+# One count column per TTFT histogram bucket (app/finops/histogram.py TTFT_BOUNDS + 1).
+TTFT_BUCKETS = [f'ttft_b{i:02d}' for i in range(35)]
+
 
 def upgrade():
     with op.batch_alter_table('ledger_rollups', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('ttft_hist', sa.JSON(), nullable=False,
-                                      server_default='[]'))
+        for name in TTFT_BUCKETS:
+            batch_op.add_column(sa.Column(name, sa.Integer(), nullable=False,
+                                          server_default='0'))
         batch_op.add_column(sa.Column('cache_saved_usd', sa.Numeric(precision=18, scale=10),
                                       nullable=False, server_default='0'))
         batch_op.add_column(sa.Column('adjustment_usd', sa.Numeric(precision=18, scale=10),
@@ -29,4 +33,5 @@ def downgrade():
     with op.batch_alter_table('ledger_rollups', schema=None) as batch_op:
         batch_op.drop_column('adjustment_usd')
         batch_op.drop_column('cache_saved_usd')
-        batch_op.drop_column('ttft_hist')
+        for name in reversed(TTFT_BUCKETS):
+            batch_op.drop_column(name)

@@ -18,7 +18,7 @@ from tests.factories import TenantFactory, UserFactory
 COLS = ("grain", "bucket_start", "tenant_id", "department", "tier", "workflow", "model",
         "requests", "cache_exact", "cache_semantic", "prompt_tokens", "cached_tokens",
         "completion_tokens", "raw_schema_output_tokens", "cost_usd", "baseline_cost_usd",
-        "ttft_count", "ttft_hist", "cache_saved_usd", "gpu_cost_usd")
+        "ttft_count", "ttft_b05", "ttft_b10", "cache_saved_usd", "gpu_cost_usd")
 
 
 def snapshot():
