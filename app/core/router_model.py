@@ -26,6 +26,8 @@ PARAMS_FORMAT = "sluice-router/1"
 S01_DEFAULT_TIER2 = "S01_DEFAULT_TIER2"
 DEFAULT_TIER_RANK = 2
 ROUTED = "router"
+# Calibrated q never reaches 1, so τ = 1.0 (the policy's upper bound) switches a tier off.
+Q_MAX = 0.999
 TAU_GRID = tuple(round(x, 2) for x in np.linspace(0.0, 1.0, 21))  # policy bounds: 0..1
 
 
@@ -69,12 +71,14 @@ def calibrate(cal: Mapping[str, Any], z: np.ndarray) -> np.ndarray:
     """Calibrated probability from the raw decision score ``z``."""
     kind = cal.get("kind", "none")
     if kind == "isotonic":
-        return np.interp(z, cal["x"], cal["y"])
-    if kind == "platt":
-        return _sigmoid(cal["a"] * z + cal["b"])
-    if kind == "none":
-        return _sigmoid(z)
-    raise ValueError(f"unknown calibration {kind!r}")
+        q = np.interp(z, cal["x"], cal["y"])
+    elif kind == "platt":
+        q = _sigmoid(cal["a"] * z + cal["b"])
+    elif kind == "none":
+        q = _sigmoid(z)
+    else:
+        raise ValueError(f"unknown calibration {kind!r}")
+    return np.minimum(q, Q_MAX)
 
 
 def predict_batch(router: Router | Mapping[str, Any], X: np.ndarray, *,

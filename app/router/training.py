@@ -1,7 +1,8 @@
 """Fitting the per-tier classifiers with scikit-learn and exporting them as plain JSON params.
 
 Per tier: standardise, logistic regression (class-balanced, so rare failures still shape
-the boundary), out-of-fold decision scores from stratified k-fold, a calibration map
+the boundary; the L2 strength picked from C_GRID by out-of-fold log-loss after isotonic
+calibration), out-of-fold decision scores from stratified k-fold, a calibration map
 (isotonic by default, Platt optional) fitted on those out-of-fold scores, and a final
 model on all rows. Standardisation is folded into the exported coefficients, so request
 time is one dot product and one interpolation per tier (app.core.router_model).
@@ -9,7 +10,7 @@ time is one dot product and one interpolation per tier (app.core.router_model).
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
@@ -17,6 +18,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from app.core.router_model import PARAMS_FORMAT
+
+
+C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
 
 
 def _lr(C: float) -> LogisticRegression:
@@ -30,7 +34,7 @@ def _constant_tier(rank: int, dim: int, rate: float) -> dict:
 
 
 def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "isotonic",
-             folds: int = 5, C: float = 0.5, seed: int = 0) -> dict:
+             folds: int = 5, Cs: Sequence[float] = C_GRID, seed: int = 0) -> dict:
     """One tier's exported params (coef, intercept, calibration map over the raw score)."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=int)
@@ -42,10 +46,18 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
     scale = X.std(axis=0)
     scale[scale < 1e-6] = 1.0
     Xs = (X - mean) / scale
-    oof = np.zeros(len(y))
     skf = StratifiedKFold(n_splits=max(2, min(folds, n_min)), shuffle=True, random_state=seed)
-    for fit_idx, cal_idx in skf.split(Xs, y):
-        oof[cal_idx] = _lr(C).fit(Xs[fit_idx], y[fit_idx]).decision_function(Xs[cal_idx])
+    splits = list(skf.split(Xs, y))
+    best = None
+    for c in Cs:  # pick the regularisation by out-of-fold log-loss of the calibrated score
+        oof = np.zeros(len(y))
+        for fit_idx, cal_idx in splits:
+            oof[cal_idx] = _lr(c).fit(Xs[fit_idx], y[fit_idx]).decision_function(Xs[cal_idx])
+        p = np.clip(IsotonicRegression(out_of_bounds="clip").fit(oof, y).predict(oof), 1e-4, 1 - 1e-4)
+        loss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+        if best is None or loss < best[0]:
+            best = (loss, c, oof)
+    _, C, oof = best
     final = _lr(C).fit(Xs, y)
     w = final.coef_[0] / scale
     b = float(final.intercept_[0] - np.dot(final.coef_[0], mean / scale))
@@ -61,7 +73,7 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
     else:
         raise ValueError(f"unknown calibration {calibration!r}")
     return {"rank": rank, "coef": [float(v) for v in w], "intercept": b, "calibration": cal,
-            "n": int(len(y)), "positives": int(y.sum())}
+            "n": int(len(y)), "positives": int(y.sum()), "C": C}
 
 
 def fit_router(per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]], *, fallback_rank: int = 3,

@@ -1,0 +1,75 @@
+"""The gateway side of router publishing: which scopes' active routers it holds, compiled.
+
+The control plane writes ``<ns>:router:<scope>:active`` (JSON: scope, version, model_id,
+params) and bumps ``<ns>:router:version`` (app.router.service.publish_active). A gateway
+keeps one ``PublishedRouters``, calls ``refresh(redis, ns)`` on its snapshot poll (one GET
+when nothing changed), and at S01 asks ``get(tenant_id, workflow)``: the workflow's
+router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2).
+A malformed published entry is dropped (so that scope falls back), never raised.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from app.core import router_model as rm
+
+log = logging.getLogger(__name__)
+
+
+def scopes_for(tenant_id: int | str, workflow: str | None) -> list[str]:
+    """Lookup order for a request, most specific first."""
+    out = [f"tenant:{tenant_id}:wf:{workflow}"] if workflow else []
+    return out + [f"tenant:{tenant_id}", "global"]
+
+
+class PublishedRouters:
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self._routers: dict[str, tuple[int, rm.Router]] = {}
+
+    def update(self, scope: str, raw: bytes | str | None) -> None:
+        """Install (or, for None, remove) the published entry of one scope."""
+        if raw is None:
+            self._routers.pop(scope, None)
+            return
+        try:
+            entry = json.loads(raw)
+            self._routers[scope] = (int(entry["version"]), rm.load(entry["params"]))
+        except Exception as exc:  # noqa: BLE001 - a bad entry degrades to S01_DEFAULT_TIER2
+            log.warning("router for %s not loaded: %s", scope, exc)
+            self._routers.pop(scope, None)
+
+    def get(self, tenant_id: int | str, workflow: str | None) -> rm.Router | None:
+        for scope in scopes_for(tenant_id, workflow):
+            hit = self._routers.get(scope)
+            if hit is not None:
+                return hit[1]
+        return None
+
+    def versions(self) -> dict[str, int]:
+        return {s: v for s, (v, _) in self._routers.items()}
+
+    def refresh(self, redis: Any, namespace: str) -> bool:
+        """Reload every scope when ``<ns>:router:version`` changed; True if it did.
+        Keeps the routers it has when Redis is unreachable."""
+        try:
+            raw = redis.get(f"{namespace}:router:version")
+            version = int(raw) if raw is not None else 0
+            if version == self.version:
+                return False
+            prefix, suffix = f"{namespace}:router:", ":active"
+            found = {}
+            for key in redis.scan_iter(match=f"{prefix}*{suffix}", count=500):
+                k = key.decode() if isinstance(key, bytes) else key
+                found[k[len(prefix):-len(suffix)]] = redis.get(k)
+        except Exception as exc:  # noqa: BLE001 - keep serving the last routers
+            log.warning("router refresh failed: %s", exc)
+            return False
+        for scope in set(self._routers) - set(found):
+            self._routers.pop(scope, None)
+        for scope, raw in found.items():
+            self.update(scope, raw)
+        self.version = version
+        return True
