@@ -95,13 +95,17 @@ def test_multi_turn_key_covers_the_conversation(store):
 
 
 def test_ttl_expiry(store):
-    put(store, "t1", "What is our uptime SLA for tier-2?", ttl=1)
-    assert probe(store, "t1", "What is our uptime SLA for tier-2?") is not None
-    deadline = time.time() + 5
-    while time.time() < deadline and probe(store, "t1", "What is our uptime SLA for tier-2?") is not None:
-        time.sleep(0.2)
-    assert probe(store, "t1", "What is our uptime SLA for tier-2?") is None
-    assert probe(store, "t1", "Hi, what is our uptime SLA for tier-2?") is None
+    q = "What is our uptime SLA for tier-2?"
+    key = build_key("t1", POLICY, "auto", body(q))
+    near = build_key("t1", POLICY, "auto", body("Hi, " + q))
+    vec, near_vec = embed(key.text), embed(near.text)
+    store.store(key, vec, answer(), "req-ttl", 2)
+    assert store.lookup(key, vec, TH) is not None
+    deadline = time.time() + 10
+    while time.time() < deadline and store.lookup(key, vec, TH) is not None:
+        time.sleep(0.25)
+    assert store.lookup(key, vec, TH) is None
+    assert store.lookup(near, near_vec, TH) is None
 
 
 def test_feedback_eviction(store):
