@@ -59,3 +59,22 @@ def test_viewer_cannot_set_tau_and_other_tenants_see_nothing(app, client):
     login(client, UserFactory(role="ops", tenant=other))
     assert client.get(f"/router/scope/tenant:{t.id}").status_code == 404
     assert f"tenant:{t.id}" not in client.get("/router/").text
+
+
+def test_admin_api_sets_tau_like_the_console(app, client):
+    from app.auth.service import create_admin_token
+    t = TenantFactory()
+    model = service.train_scope(f"tenant:{t.id}", traces(800, seed=8))
+    ops = UserFactory(role="ops", tenant=t)
+    _, token = create_admin_token(ops, "ci")
+    auth = {"Authorization": f"Bearer {token}"}
+    listed = client.get(f"/api/v1/router/scopes/tenant:{t.id}/models", headers=auth).get_json()
+    assert [m["version"] for m in listed["models"]] == [1]
+    assert listed["models"][0]["chosen"]["relative_quality"] >= 0.99
+    resp = client.post(f"/api/v1/router/models/{model.id}/taus", json={"quality_target": 0.99},
+                       headers=auth)
+    assert resp.status_code == 200
+    assert effective_policy(t.id)["router_tau_1"] == resp.get_json()["taus"]["router_tau_1"]
+    bad = client.post(f"/api/v1/router/models/{model.id}/taus", json={"quality_target": "x"},
+                      headers=auth)
+    assert bad.status_code == 422
