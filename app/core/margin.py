@@ -178,3 +178,38 @@ class MarginMonitor:
                 mean = math.inf
             self.decision = ESCALATE if mean < self.gamma else PASS
         return self.decision
+
+
+@dataclass
+class HeldStream:
+    """Holds one attempt's stream events back until its monitor decides (S04 streaming).
+
+    ``push`` takes an event (bytes, a chunk dict: anything) with the logprob items it
+    carries and returns (decision, events the client may now be sent): nothing while
+    undecided, everything held on "pass" (then each later event as it comes), and
+    nothing ever on "escalate" (the held events are dropped: the caller aborts the
+    upstream and re-runs on the next tier). ``end`` decides at end of stream.
+    """
+
+    monitor: MarginMonitor
+    held: list = field(default_factory=list)
+
+    def push(self, event: Any, items: Iterable[Mapping[str, Any]] = ()) -> tuple[str, list]:
+        if self.monitor.decision == PASS:
+            return PASS, [event]
+        if self.monitor.decision == ESCALATE:
+            return ESCALATE, []
+        decision = self.monitor.feed(items)
+        self.held.append(event)
+        return self._settle(decision)
+
+    def end(self) -> tuple[str, list]:
+        if self.monitor.decision == PASS:
+            return PASS, []
+        return self._settle(self.monitor.finish())
+
+    def _settle(self, decision: str) -> tuple[str, list]:
+        if decision == UNDECIDED:
+            return decision, []
+        out, self.held = (self.held if decision == PASS else []), []
+        return decision, out

@@ -100,3 +100,45 @@ def test_logprob_items_reads_openai_shape():
     assert len(logprob_items(body)) == 1
     assert logprob_items({"choices": [{"delta": {}}]}) == []
     assert logprob_items({}) == []
+
+
+def cascade(attempts, gamma=0.78, window=3):
+    """What a client receives when each tier's stream goes through a HeldStream in turn."""
+    from app.core.margin import HeldStream
+    sent, tiers_tried = [], []
+    for tier, events in attempts:
+        tiers_tried.append(tier)
+        hold = HeldStream(MarginMonitor(gamma=gamma, window_tokens=window))
+        decision = None
+        for ev in events:
+            decision, out = hold.push(ev, [ev["lp"]])
+            sent.extend(out)
+            if decision == ESCALATE:
+                break
+        if decision != ESCALATE:
+            decision, out = hold.end()
+            sent.extend(out)
+        if decision == PASS:
+            return sent, tiers_tried
+    return sent, tiers_tried
+
+
+def ev(tier, tok, p1, p2):
+    return {"tier": tier, "token": tok, "lp": item(tok, p1, p2)}
+
+
+def test_escalated_stream_contains_only_the_higher_tiers_tokens():
+    low = [ev(1, t, 0.4, 0.35) for t in "abcdef"]
+    high = [ev(2, t, 0.95, 0.01) for t in "uvwxyz"]
+    sent, tried = cascade([(1, low), (2, high)])
+    assert tried == [1, 2]
+    assert [e["tier"] for e in sent] == [2] * 6
+    assert "".join(e["token"] for e in sent) == "uvwxyz"
+
+
+def test_confident_first_tier_streams_through_and_short_streams_decide_at_end():
+    sent, tried = cascade([(1, [ev(1, t, 0.95, 0.01) for t in "abcde"]), (2, [])])
+    assert tried == [1] and "".join(e["token"] for e in sent) == "abcde"
+    # fewer tokens than the window: held to the end, then dropped because the margin is low
+    sent, tried = cascade([(1, [ev(1, "a", 0.4, 0.35)]), (2, [ev(2, "b", 0.9, 0.01)])])
+    assert tried == [1, 2] and [e["tier"] for e in sent] == [2]
