@@ -152,7 +152,8 @@ def curve_report(params: Mapping, X: np.ndarray, labels: np.ndarray, costs: np.n
 def compare(candidate: Mapping[str, Any], active: Mapping[str, Any] | None,
             tolerance: float = 1e-9) -> dict[str, Any]:
     """Promote only if not worse on held-out quality at equal cost: the candidate's best
-    quality at the active model's operating cost must reach the active model's quality."""
+    quality at the active model's operating cost must reach the active model's quality.
+    ``reject`` is set when it is worse than an active model (not when evidence is missing)."""
     chosen = candidate.get("chosen")
     if not candidate.get("n"):
         return {"promote": False, "reason": "no fully labelled held-out traces"}
@@ -164,7 +165,7 @@ def compare(candidate: Mapping[str, Any], active: Mapping[str, Any] | None,
     a = active["chosen"]
     q_c = rm.quality_at_cost(candidate["curve"], a["cost"])
     ok = q_c >= a["quality"] - tolerance
-    return {"promote": ok,
+    return {"promote": ok, "reject": not ok,
             "reason": "not worse at equal cost" if ok else "worse than the active model at equal cost",
             "active": _brief(a), "candidate": _brief(chosen) if chosen else None,
             "candidate_quality_at_active_cost": None if math.isinf(q_c) else q_c}

@@ -121,7 +121,7 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
             log.warning("router %s v%s cannot be evaluated: %s", scope, current.version, exc)
     comparison = ev.compare(report, current_report)
     if len(X) < int(_cfg("ROUTER_MIN_HELDOUT", 30)):
-        comparison = {**comparison, "promote": False,
+        comparison = {**comparison, "promote": False, "reject": False,
                       "reason": f"only {len(X)} fully labelled held-out traces"}
     version = (db.session.scalar(db.select(db.func.max(RouterModel.version))
                                  .where(RouterModel.scope == scope)) or 0) + 1
@@ -134,7 +134,7 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
     db.session.flush()
     if comparison["promote"]:
         _activate(model, current)
-    elif current is not None and "worse" in comparison["reason"]:
+    elif comparison.get("reject"):
         _transition(model, "rejected")
     record(None, "router.train", "router_model", model.id, tenant_id=scope_tenant_id(scope),
            after={"scope": scope, "version": version, "status": model.status,

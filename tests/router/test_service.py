@@ -101,3 +101,33 @@ def test_set_taus_for_target_updates_tenant_policy_and_snapshot(app, redis_clien
     assert snap["tenants"][str(t.id)]["policy"]["router_tau_1"] == taus["router_tau_1"]
     with pytest.raises(ValidationError):
         service.set_taus_for_target(ops, model.id, 1.2)
+
+
+def test_too_few_held_out_traces_keep_a_candidate(app, monkeypatch):
+    monkeypatch.setitem(app.config, "ROUTER_MIN_HELDOUT", 10_000)
+    m = service.train_scope("global", traces(800, seed=9))
+    assert m.status == "candidate" and not m.metrics["comparison"]["reject"]
+    assert service.active_model("global") is None
+
+
+def test_training_from_ledger_rows(app, redis_client):
+    from app.ledger.models import LedgerEntry
+    from app.router.traces import train_from_ledger, traces_from_ledger
+    t = TenantFactory()
+    for tr in traces(800, seed=10):
+        db.session.add(LedgerEntry(
+            request_id=tr["request_id"], tenant_id=t.id, workflow="wfA", tier="frontier",
+            prompt_tokens=1000, completion_tokens=100,
+            payload={"router_features": tr["features"], "tier_rank": 3,
+                     "feedback": "pass", "shadow": tr["shadow"]}))
+    db.session.add(LedgerEntry(request_id="other-wf", tenant_id=t.id, workflow="wfB",
+                               payload={"router_features": [0, 0, 0, 0], "tier_rank": 1}))
+    db.session.add(LedgerEntry(request_id="no-features", tenant_id=t.id, workflow="wfA",
+                               payload={}))
+    db.session.commit()
+    assert len(traces_from_ledger(f"tenant:{t.id}:wf:wfA")) == 800
+    assert len(traces_from_ledger(f"tenant:{t.id}")) == 801
+    out = train_from_ledger(f"tenant:{t.id}:wf:wfA")
+    assert out["trained"] and out["status"] == "active" and out["version"] == 1
+    assert train_from_ledger(f"tenant:{t.id}:wf:nothing") == {
+        "scope": f"tenant:{t.id}:wf:nothing", "traces": 0, "trained": False}
