@@ -57,9 +57,14 @@ def dashboard_figures(data: dict[str, Any]) -> dict[str, dict]:
     return {"spend": spend, "tiers": tiers, "cache": cache, "ttft": ttft, "unit": unit}
 
 
+SHORT = {"structured_extraction": "JSON extraction", "support_rag": "Support RAG",
+         "code_sql": "Code / SQL", "complex_reasoning": "Complex reasoning",
+         "batch_summarization": "Batch summaries", "uncategorized": "Uncategorized"}
+
+
 def cohort_figure(data: dict[str, Any]) -> dict:
     rows = data["rows"]
-    labels = [r["label"] for r in rows]
+    labels = [SHORT.get(r["category"], r["category"]) for r in rows]
     return {"data": [
         {"type": "bar", "name": "Baseline", "x": labels, "y": [_f(r["baseline"]) for r in rows],
          "marker": {"color": "#fdba74"}},

@@ -114,10 +114,10 @@ def default_tiers(price_change_at: datetime | None = None) -> list[SimTier]:
         base = costing.Price(Decimal(i), Decimal(c), Decimal(o))
         return [base] + ([change] if change else [])
     change = None if price_change_at is None else costing.Price(
-        Decimal("2.00"), Decimal("0.50"), Decimal("8.00"), price_change_at)
-    return [SimTier("tier-1", "qwen2.5-7b-fp8", sched("0.20", "0.02", "0.60")),
-            SimTier("tier-2", "llama-3.3-70b", sched("0.80", "0.10", "2.40")),
-            SimTier("tier-3", "frontier", sched("2.50", "1.25", "10.00", change))]
+        Decimal("4.00"), Decimal("2.00"), Decimal("12.00"), price_change_at)
+    return [SimTier("tier-1", "qwen2.5-7b-fp8", sched("1.00", "0.50", "3.00")),
+            SimTier("tier-2", "llama-3.3-70b", sched("3.00", "1.50", "9.00")),
+            SimTier("tier-3", "frontier", sched("5.00", "2.50", "15.00", change))]
 
 
 def mid_month(period: str) -> datetime:

@@ -27,13 +27,13 @@ def test_generated_costs_follow_the_price_in_force(month):
     before = [r for r in rows if r["at"] < change]
     after = [r for r in rows if r["at"] >= change]
     assert before and after
-    for r in before[:20]:  # 2.50 / 1.25 / 10 per 1M
-        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * Decimal("2.5")
-                + r["cached_tokens"] * Decimal("1.25") + r["completion_tokens"] * 10) / 10**6
+    for r in before[:20]:  # 5 / 2.50 / 15 per 1M
+        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 5
+                + r["cached_tokens"] * Decimal("2.5") + r["completion_tokens"] * 15) / 10**6
         assert r["cost_usd"] == costing.to_ledger(want)
-    for r in after[:20]:  # 2.00 / 0.50 / 8 per 1M
-        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 2
-                + r["cached_tokens"] * Decimal("0.5") + r["completion_tokens"] * 8) / 10**6
+    for r in after[:20]:  # 4 / 2 / 12 per 1M
+        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 4
+                + r["cached_tokens"] * 2 + r["completion_tokens"] * 12) / 10**6
         assert r["cost_usd"] == costing.to_ledger(want)
     r = after[0]
     raw = r["payload"]["token_and_latency_telemetry"]["raw_schema_output_tokens_equivalent"]
@@ -94,7 +94,7 @@ def test_dashboard_shapes_the_seed_headline_and_rates(month):
     admin = UserFactory(role="viewer")
     d = reports.dashboard(admin, reports.parse_period(month["period"]))
     t = d["totals"]
-    assert d["headline"]["per"] == "/mo" and d["headline"]["delta_pct"] < -30
+    assert d["headline"]["per"] == "/mo" and -85 < d["headline"]["delta_pct"] < -60
     assert 80 < t["prefix_hit_pct"] < 95
     assert 10 < t["semantic_hit_pct"] < 30
     assert t["ttft_p50"] < t["ttft_p95"]
