@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY = "sk-sl-bench-" + "x" * 24
+KEY = "sk-sl-bench-" + hashlib.sha256(b"sluice-bench").hexdigest()[:40]
 BODY = json.dumps({"model": "tier-1", "messages": [
     {"role": "system", "content": "You are a benchmark."},
     {"role": "user", "content": "Say hello."}], "max_tokens": 8}).encode()
@@ -63,7 +63,7 @@ async def upstream_app(scope, receive, send):
 # ---------------------------------------------------------------- load generator process
 
 async def _one_conn(host: str, port: int, request: bytes, stop_at: float, warm_until: float,
-                    lat: list[float], errors: list[int]) -> None:
+                    lat: list[float], errors: list[int], warm_count: list[int]) -> None:
     reader, writer = await asyncio.open_connection(host, port)
     try:
         while True:
@@ -89,6 +89,8 @@ async def _one_conn(host: str, port: int, request: bytes, stop_at: float, warm_u
                 errors.append(status)
             elif t0 >= warm_until:
                 lat.append(t1 - t0)
+            else:
+                warm_count[0] += 1
     finally:
         writer.close()
 
@@ -100,15 +102,17 @@ async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float) 
                f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY
     lat: list[float] = []
     errors: list[int] = []
+    warm_count = [0]
     start = time.perf_counter()
     warm_until, stop_at = start + warm, start + warm + seconds
     results = await asyncio.gather(*[_one_conn(host, int(port), request, stop_at, warm_until,
-                                               lat, errors) for _ in range(conc)],
+                                               lat, errors, warm_count) for _ in range(conc)],
                                    return_exceptions=True)
     exc = [repr(r) for r in results if isinstance(r, BaseException)]
+    warm_n = warm_count[0]
     lat.sort()
     n = len(lat)
-    return {"n": n, "rps": n / seconds, "errors": len(errors) + len(exc),
+    return {"n": n, "warm_n": warm_n, "rps": n / seconds, "errors": len(errors) + len(exc),
             "error_sample": (exc or [str(e) for e in errors[:3]])[:3],
             "p50_ms": lat[n // 2] * 1000 if n else None,
             "p99_ms": lat[min(n - 1, int(n * 0.99))] * 1000 if n else None}
@@ -163,6 +167,22 @@ def run_load(url: str, path: str, conc: int, seconds: float, warm: float) -> dic
     return json.loads(out.stdout)
 
 
+def tree_cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a process and its children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT)
@@ -173,6 +193,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--warm", type=float, default=1.0)
     ap.add_argument("--levels", default="1,32,256")
+    ap.add_argument("--gateway-workers", type=int, default=1)
     ap.add_argument("--litellm", default=os.environ.get("SLUICE_BENCH_LITELLM",
                                                         "/tmp/litellm-venv"))
     args = ap.parse_args()
@@ -197,7 +218,8 @@ def main() -> None:
         r.set(f"{ns}:snapshot:data", json.dumps(snap))
         r.set(f"{ns}:snapshot:version", 1)
         gunicorn = str(Path(sys.executable).with_name("gunicorn"))
-        procs.append(start([gunicorn, "-k", "uvicorn.workers.UvicornWorker", "-w", "1",
+        procs.append(start([gunicorn, "-k", "uvicorn.workers.UvicornWorker",
+                            "-w", str(args.gateway_workers),
                             "-b", f"127.0.0.1:{gw_port}", "--log-level", "warning",
                             "app.gateway.asgi:create_gateway()"], env, tmp / "gateway.log"))
         targets = {"direct": (upstream, "/v1/chat/completions"),
@@ -214,7 +236,7 @@ def main() -> None:
                     "model": "openai/tiny", "api_base": upstream + "/v1", "api_key": "sk-x"}}],
                 "litellm_settings": {"drop_params": True, "telemetry": False,
                                      "set_verbose": False},
-                "general_settings": {}}))
+                "general_settings": {"master_key": KEY}}))
             ll_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
             ll_env.update(LITELLM_LOG="ERROR", LITELLM_TELEMETRY="False",
                           LITELLM_LOCAL_MODEL_COST_MAP="True")
@@ -222,7 +244,7 @@ def main() -> None:
                                 "--port", str(ll_port), "--num_workers", "1"], ll_env,
                                tmp / "litellm.log"))
             try:
-                wait_http(f"http://127.0.0.1:{ll_port}/v1/chat/completions", timeout=120)
+                wait_http(f"http://127.0.0.1:{ll_port}/v1/chat/completions", timeout=90)
                 targets["litellm"] = (f"http://127.0.0.1:{ll_port}", "/v1/chat/completions")
             except RuntimeError:
                 litellm_note = f"LiteLLM proxy did not start (log: {tmp / 'litellm.log'})"
@@ -230,14 +252,24 @@ def main() -> None:
             litellm_note = (f"LiteLLM unavailable: no {litellm_bin} (python3 -m venv "
                             "/tmp/litellm-venv && /tmp/litellm-venv/bin/pip install "
                             "'litellm[proxy]')")
+        # CPU the proxy itself burns per request: a figure other load on the box cannot skew
+        owners = {"direct": procs[0].pid, "sluice": procs[1].pid}
+        if "litellm" in targets:
+            owners["litellm"] = procs[2].pid
         results: dict[int, dict[str, dict]] = {}
         for conc in levels:
-            results[conc] = {name: run_load(url, path, conc, args.seconds, args.warm)
-                             for name, (url, path) in targets.items()}
+            results[conc] = {}
+            for name, (url, path) in targets.items():
+                cpu0 = tree_cpu_s(owners[name])
+                res = run_load(url, path, conc, args.seconds, args.warm)
+                total = res["n"] + res.get("warm_n", 0)
+                res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
+                results[conc][name] = res
         print(f"gateway overhead, non-streaming chat completions, {args.seconds:g}s per cell, "
-              f"{os.cpu_count()} CPUs")
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
+              f"{args.gateway_workers} gateway worker(s)")
         print(f"{'conc':>5} {'target':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
-              f"{'+p50 ms':>8} {'+p99 ms':>8} {'errors':>6}")
+              f"{'+p50 ms':>8} {'+p99 ms':>8} {'cpu us/req':>10} {'errors':>6}")
         for conc, row in results.items():
             base = row["direct"]
             for name, res in row.items():
@@ -248,7 +280,7 @@ def main() -> None:
                 p50 = f"{res['p50_ms']:.2f}" if res["p50_ms"] is not None else "-"
                 p99 = f"{res['p99_ms']:.2f}" if res["p99_ms"] is not None else "-"
                 print(f"{conc:>5} {name:>8} {p50:>8} {p99:>8} {res['rps']:>8.0f} "
-                      f"{add50:>8} {add99:>8} {res['errors']:>6}")
+                      f"{add50:>8} {add99:>8} {res['cpu_us']:>10.0f} {res['errors']:>6}")
                 if res["errors"]:
                     print(f"      {name} error sample: {res['error_sample']}")
         if litellm_note:

@@ -7,7 +7,7 @@ read it for themselves.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import orjson
 
@@ -44,11 +44,25 @@ def parse_feedback(body: dict) -> tuple[str, bool, str]:
     return rid, passed, note
 
 
+def _owner_keys(keys) -> list[str]:
+    from app.gateway.ledger_writer import OWNER_DAYS, request_owner_key
+    today = datetime.now(timezone.utc).date()
+    return [request_owner_key(keys, today - timedelta(days=d)) for d in range(OWNER_DAYS)]
+
+
+def _owner(values: list) -> int | None:
+    found = next((v for v in values if v is not None), None)
+    return int(found) if found is not None else None
+
+
 async def record_feedback(redis, keys, tenant_id: int, request_id: str, passed: bool,
                           note: str = "") -> dict:
     """Check the request belongs to the tenant, then append the event. 404 otherwise."""
-    owner = await redis.get(keys.k("req", request_id))
-    if owner is None or int(owner) != int(tenant_id):
+    pipe = redis.pipeline(transaction=False)
+    for key in _owner_keys(keys):
+        pipe.hget(key, request_id)
+    owner = _owner(await pipe.execute())
+    if owner is None or owner != int(tenant_id):
         raise GatewayError(404, f"No request {request_id!r} for this key.",
                            param="request_id", code="request_not_found")
     ev = feedback_event(tenant_id, request_id, passed, note)
@@ -60,8 +74,11 @@ async def record_feedback(redis, keys, tenant_id: int, request_id: str, passed: 
 def record_feedback_sync(redis, keys, tenant_id: int, request_id: str, passed: bool,
                          note: str = "") -> dict:
     """The same for synchronous callers (console, workers) with a ``redis.Redis``."""
-    owner = redis.get(keys.k("req", request_id))
-    if owner is None or int(owner) != int(tenant_id):
+    pipe = redis.pipeline(transaction=False)
+    for key in _owner_keys(keys):
+        pipe.hget(key, request_id)
+    owner = _owner(pipe.execute())
+    if owner is None or owner != int(tenant_id):
         raise GatewayError(404, f"No request {request_id!r} for this tenant.",
                            param="request_id", code="request_not_found")
     ev = feedback_event(tenant_id, request_id, passed, note)

@@ -94,8 +94,7 @@ class _Conn(asyncio.Protocol):
             self.waiter.set_exception(exc)
 
     def reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
-        self.headers = []
+        self.headers = []  # the parser goes on to the next message of a kept-alive connection
         self.chunks.clear()
         self.complete = False
         self.error = None

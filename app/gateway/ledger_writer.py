@@ -9,11 +9,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from datetime import date, datetime, timedelta, timezone
 
 import orjson
 
 log = logging.getLogger(__name__)
 REQUEST_TTL_S = 7 * 86400  # how long /v1/feedback can name a request
+OWNER_DAYS = REQUEST_TTL_S // 86400 + 1
+
+
+def request_owner_key(keys, day: date | None = None) -> str:
+    """Hash of request_id -> tenant_id for one UTC day (feedback checks ownership)."""
+    day = day or datetime.now(timezone.utc).date()
+    return keys.k("req", day.strftime("%Y%m%d"))
 
 
 class LedgerWriter:
@@ -41,15 +49,17 @@ class LedgerWriter:
 
     async def flush(self) -> int:
         """Write everything queued; returns events written. Raises on Redis failure
-        (the events stay queued)."""
+        (the events stay queued). One stream entry carries up to ``batch`` events
+        (field ``b``: a JSON array), so Redis work per request stays near zero."""
         done = 0
         while self.queue:
             n = min(len(self.queue), self.batch)
             events = [self.queue[i] for i in range(n)]
+            owners = request_owner_key(self.keys)
             pipe = self.redis.pipeline(transaction=False)
-            for ev in events:
-                pipe.xadd(self.stream, {"e": orjson.dumps(ev)})
-                pipe.set(self.keys.k("req", ev["request_id"]), ev["tenant_id"], ex=REQUEST_TTL_S)
+            pipe.xadd(self.stream, {"b": orjson.dumps(events)})
+            pipe.hset(owners, mapping={ev["request_id"]: ev["tenant_id"] for ev in events})
+            pipe.expire(owners, REQUEST_TTL_S + 86400)
             await pipe.execute()
             for _ in range(n):
                 self.queue.popleft()

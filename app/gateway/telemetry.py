@@ -53,6 +53,34 @@ class GatewayMetrics:
         self.ledger_errors = Counter("sluice_gateway_ledger_write_errors",
                                      "Failed ledger stream writes (retried)", registry=r)
 
+        self._children: dict[tuple, tuple] = {}
+
+    def observe(self, tier: str, cache: str, status: int, latency_s: float,
+                ttft_s: float | None, tokens: tuple[int, int, int], cost: Decimal,
+                baseline: Decimal, escalated: bool) -> None:
+        """Record one finished request (label children cached: this is per request)."""
+        key = (tier, cache, status)
+        ch = self._children.get(key)
+        if ch is None:
+            ch = self._children[key] = (
+                self.requests.labels(tier, cache, str(status)), self.latency.labels(tier),
+                self.ttft.labels(tier), self.tokens.labels(tier, "in"),
+                self.tokens.labels(tier, "cached"), self.tokens.labels(tier, "out"),
+                self.cost.labels(tier), self.baseline.labels(tier))
+        requests, latency, ttft, t_in, t_cached, t_out, c_cost, c_base = ch
+        requests.inc()
+        latency.observe(latency_s)
+        if ttft_s is not None:
+            ttft.observe(ttft_s)
+        prompt, cached, out = tokens
+        t_in.inc(prompt)
+        t_cached.inc(cached)
+        t_out.inc(out)
+        c_cost.inc(float(cost))
+        c_base.inc(float(baseline))
+        if escalated:
+            self.escalations.labels("upstream_failure").inc()
+
     def upstream_failure(self, tier: str, kind: str) -> None:
         self.upstream_failures.labels(tier, kind).inc()
 
@@ -106,18 +134,9 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
         "status": ctx.status, "error": ctx.error,
     }
     if metrics is not None:
-        label = tier_name or "none"
-        metrics.requests.labels(label, ctx.cache, str(ctx.status)).inc()
-        metrics.latency.labels(label).observe(latency_ms / 1000)
-        if ctx.ttft_ms is not None:
-            metrics.ttft.labels(label).observe(ctx.ttft_ms / 1000)
-        metrics.tokens.labels(label, "in").inc(prompt)
-        metrics.tokens.labels(label, "cached").inc(cached)
-        metrics.tokens.labels(label, "out").inc(out)
-        metrics.cost.labels(label).inc(float(cost))
-        metrics.baseline.labels(label).inc(float(baseline))
-        if ctx.escalated:
-            metrics.escalations.labels("upstream_failure").inc()
+        metrics.observe(tier_name or "none", ctx.cache, ctx.status, latency_ms / 1000,
+                        ctx.ttft_ms / 1000 if ctx.ttft_ms is not None else None,
+                        (prompt, cached, out), cost, baseline, ctx.escalated)
     ctx.telemetry["cost_usd"] = cost
     return {
         "request_id": ctx.request_id, "at": datetime.now(timezone.utc).isoformat(),

@@ -1,6 +1,7 @@
 """Ledger ingest: the gateway's Redis stream -> ``ledger_entries``, exactly once per request.
 
-Delivery is at least once (a consumer group; entries of a consumer that died before
+A stream entry holds one event (field ``e``) or a gateway's batch of them (field ``b``,
+a JSON array). Delivery is at least once (a consumer group; entries of a consumer that died before
 acking are claimed again with XAUTOCLAIM) and the insert is idempotent on the unique
 ``request_id`` (ON CONFLICT DO NOTHING), so a crash anywhere neither loses a committed
 row nor counts one twice. Entries are acked (and deleted: the stream is a queue, the
@@ -97,15 +98,17 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, list]:
     bad = []
     for entry_id, fields in entries:
         try:
-            ev = orjson.loads(fields[b"e"])
-            row = row_from_event(ev)
+            events = orjson.loads(fields[b"b"]) if b"b" in fields else [orjson.loads(fields[b"e"])]
+            parsed = [(ev, row_from_event(ev)) for ev in events]
         except Exception as exc:  # noqa: BLE001 - a poison entry must not block the stream
             log.error("ledger entry %s is malformed (%s); moved aside", entry_id, exc)
             bad.append((entry_id, fields))
             continue
-        rows.setdefault(row["request_id"], row)
-        if row["workflow"]:
-            names.setdefault((row["tenant_id"], row["workflow"]), ev.get("workflow_name") or "")
+        for ev, row in parsed:
+            rows.setdefault(row["request_id"], row)
+            if row["workflow"]:
+                names.setdefault((row["tenant_id"], row["workflow"]),
+                                 ev.get("workflow_name") or "")
     tenants = {t for t, _ in names}
     live = set(db.session.scalars(db.select(Tenant.id).where(Tenant.id.in_(tenants)))) \
         if tenants else set()
