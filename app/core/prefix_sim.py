@@ -49,6 +49,7 @@ class SimParams:
     bounded_load_c: float = 1.25
     prefix_key_tokens: int = 4500
     prefix_choices: int | None = None   # pick_replica(choices=) for static-prefix keys
+    load_floor: float = 0.0             # pick_replica(floor=)
     seed: int = 1
 
 
@@ -216,7 +217,7 @@ class _Router:
             loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
             choices = self.p.prefix_choices if req.key.startswith("p:") else 1
             return pick_replica(req.key, self.views, loads, self.p.bounded_load_c,
-                                choices=choices).id
+                                choices=choices, floor=self.p.load_floor).id
         if self.name == "prefix_trie":
             return self._prefix_trie(req)
         return self._cache_aware(req, now)

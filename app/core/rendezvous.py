@@ -54,17 +54,21 @@ def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
     return sorted(live, key=lambda r: (-hrw_score(key, r), str(r.id)))
 
 
-def load_bound(total_load: float, weight: float, total_weight: float, c: float) -> float:
+def load_bound(total_load: float, weight: float, total_weight: float, c: float,
+               floor: float = 0.0) -> float:
     """Most load replica may carry after taking this request: ``ceil(c * share)`` where
     share = (total + 1) * w / W is its capacity share of the load including this request
     (with equal weights, c x mean). The ceiling is the bounded-load consistent-hashing rule
-    (Mirrokni et al.): without it an idle cluster would count every replica as overloaded."""
-    return math.ceil(c * (total_load + 1.0) * weight / total_weight)
+    (Mirrokni et al.): without it an idle cluster would count every replica as overloaded.
+    ``floor`` raises the bound to an absolute load a replica carries at no cost (requests
+    it batches anyway), so that a near-idle cluster does not spill on one collision."""
+    return max(math.ceil(c * (total_load + 1.0) * weight / total_weight), floor * weight)
 
 
 def pick_replica(key: str, replicas: Sequence[ReplicaView],
                  loads: Mapping[Hashable, float] | None = None,
-                 c: float = 1.25, *, choices: int | None = 1) -> ReplicaView | None:
+                 c: float = 1.25, *, choices: int | None = 1,
+                 floor: float = 0.0) -> ReplicaView | None:
     """The first replica in ``hrw_order(key)`` whose load + 1 stays within
     ``load_bound``; when every healthy replica is over, the least loaded relative to its
     weight. None when no replica is healthy. ``loads`` missing an id counts as 0.
@@ -87,7 +91,8 @@ def pick_replica(key: str, replicas: Sequence[ReplicaView],
     want = len(order) if choices is None else max(1, choices)
     within = []
     for r in order:
-        if float(loads.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, total_weight, c):
+        if float(loads.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, total_weight, c,
+                                                            floor):
             within.append(r)
             if len(within) >= want:
                 break

@@ -43,6 +43,7 @@ def hit_rate(before: dict[str, float], after: dict[str, float]) -> float | None:
     return h / q if q > 0 else None
 
 
+_DOC_WORDS = ["order", "item", "ship", "refund", "sku", "note", "case", "line", "batch", "lot"]
 _TOPICS = ["invoices", "refunds", "shipping delays", "password resets", "contract renewals",
            "warranty claims", "data exports", "API quotas"]
 
@@ -65,8 +66,15 @@ class ChatSession:
     system: str
     messages: list[dict] = field(default_factory=list)
 
-    def next_body(self, rng: random.Random, model: str, max_tokens: int) -> dict:
+    def next_body(self, rng: random.Random, model: str, max_tokens: int,
+                  context_words: int = 0) -> dict:
+        """The next turn; ``context_words`` of retrieved text ride along in the user turn
+        (RAG chunks, tool output), so the history grows the way the seed's does."""
         q = f"Question {len(self.messages) // 2 + 1}: about order {rng.randint(1000, 99999)}?"
+        if context_words:
+            doc = " ".join(f"{rng.choice(_DOC_WORDS)}{rng.randint(0, 99)}"
+                           for _ in range(context_words))
+            q = f"Context: {doc}\n{q}"
         self.messages.append({"role": "user", "content": q})
         return {"model": model, "max_tokens": max_tokens, "temperature": 0,
                 "messages": [{"role": "system", "content": self.system}, *self.messages]}

@@ -127,3 +127,29 @@ def test_affinity_key_prefers_session_then_static_prefix():
                                                                            salt="t2")
     assert affinity_key(None, None, fallback="req-1") != affinity_key(None, None,
                                                                       fallback="req-2")
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids, keys, st.data())
+def test_any_choice_picks_the_least_loaded_replica_within_the_bound(replica_ids, key_list, data):
+    loads = {i: data.draw(st.integers(0, 30)) for i in replica_ids}
+    replicas = view(replica_ids)
+    total = sum(loads.values())
+    within = [i for i in replica_ids if loads[i] + 1 <= load_bound(total, 1.0, len(loads), 1.25)]
+    for key in key_list:
+        chosen = pick_replica(key, replicas, loads, 1.25, choices=None)
+        if within:
+            assert chosen.id in within and loads[chosen.id] == min(loads[i] for i in within)
+        # with equal loads, every choice count falls back to the HRW first choice
+        flat = {i: 3 for i in replica_ids}
+        assert (pick_replica(key, replicas, flat, 1.25, choices=None)
+                == hrw_order(key, replicas)[0])
+
+
+def test_floor_keeps_a_near_idle_cluster_from_spilling():
+    replicas = view([1, 2, 3, 4])
+    home = pick_replica("sess", replicas)
+    loads = {home.id: 1}                        # one other request in flight, on home
+    assert pick_replica("sess", replicas, loads, 1.25).id != home.id   # ceil(1.25*2/4) = 1
+    assert pick_replica("sess", replicas, loads, 1.25, floor=4).id == home.id
+    assert pick_replica("sess", replicas, {home.id: 4}, 1.25, floor=4).id != home.id
