@@ -112,6 +112,8 @@ def main() -> int:
             cold.append(ttft_miss)
             warm.append(ttft_hit)
             cached.append(u_hit["prompt_tokens_details"]["cached_tokens"])
+            print(f"run {i}: TTFT miss {ttft_miss * 1000:.0f} ms, hit {ttft_hit * 1000:.0f} ms "
+                  f"({cached[-1]} cached tokens)", flush=True)
         rates = []
         for i in range(args.runs):
             ttft, total, chunks, usage = _stream(
@@ -122,6 +124,7 @@ def main() -> int:
             n = usage.get("completion_tokens", chunks)
             if total > ttft and n > 1:
                 rates.append((n - 1) / (total - ttft))
+                print(f"decode run {i}: {n} tokens, {rates[-1]:.1f} tokens/s", flush=True)
         prompt_tokens = u_hit["prompt_tokens"]
         print(f"model: {path.name}  threads: {args.threads}  runs: {args.runs}")
         print(f"prompt: {prompt_tokens} tokens with a {args.prefix_tokens}-token shared prefix; "

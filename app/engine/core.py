@@ -178,58 +178,67 @@ class Engine:
         self.metrics.prefix_lookup(len(job.prompt_ids), hit)
         return out.logits[0, -1], past, hit
 
+    def _matcher(self, job: Job):
+        grammar = self.grammar_for(job.response_format)
+        if grammar is None:
+            return None, None
+        import xgrammar as xgr
+        return (xgr.GrammarMatcher(grammar),
+                xgr.allocate_token_bitmask(1, self.base.config.vocab_size))
+
+    @staticmethod
+    def _masked(logits: torch.Tensor, matcher, bitmask) -> torch.Tensor:
+        """Logits with every token the grammar forbids next set to -inf."""
+        if matcher is None:
+            return logits
+        import xgrammar as xgr
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        masked = logits.clone().unsqueeze(0)
+        xgr.apply_token_bitmask_inplace(masked, bitmask)
+        return masked[0]
+
+    def _refuse(self, job: Job) -> str | None:
+        if job.model not in self.model_names():
+            return f"The model `{job.model}` does not exist."
+        if len(job.prompt_ids) + 1 > self.max_model_len:
+            return (f"prompt is {len(job.prompt_ids)} tokens; this model's maximum context "
+                    f"length is {self.max_model_len}")
+        return None
+
     @torch.inference_mode()
     def run(self, job: Job) -> None:
         """Generate for ``job``, emitting events; errors in the request become an
         ("error", ...) event, anything else propagates (the engine is then broken)."""
-        if job.model not in self.model_names():
-            job.emit(("error", f"The model `{job.model}` does not exist."))
+        refusal = self._refuse(job)
+        if refusal:
+            job.emit(("error", refusal))
             return
-        if len(job.prompt_ids) + 1 > self.max_model_len:
-            job.emit(("error", f"prompt is {len(job.prompt_ids)} tokens; this model's "
-                               f"maximum context length is {self.max_model_len}"))
-            return
-        grammar = self.grammar_for(job.response_format)
-        matcher = bitmask = None
-        if grammar is not None:
-            import xgrammar as xgr
-            matcher = xgr.GrammarMatcher(grammar)
-            bitmask = xgr.allocate_token_bitmask(1, self.base.config.vocab_size)
-        gen = None
-        if job.seed is not None:
-            gen = torch.Generator().manual_seed(int(job.seed))
+        matcher, bitmask = self._matcher(job)
+        gen = torch.Generator().manual_seed(int(job.seed)) if job.seed is not None else None
         logits, past, cached = self._prefill(job)
         budget = min(job.max_tokens, self.max_model_len - len(job.prompt_ids))
         out_ids: list[int] = []
         text, emitted, finish = "", 0, "length"
-        first = True
         while len(out_ids) < budget:
             if job.cancelled.is_set():
                 finish = "abort"
                 break
-            raw = logits
-            if matcher is not None:
-                import xgrammar as xgr
-                matcher.fill_next_token_bitmask(bitmask, 0)
-                logits = logits.clone().unsqueeze(0)
-                xgr.apply_token_bitmask_inplace(logits, bitmask)
-                logits = logits[0]
-            token = sampling.choose_token(logits, job.temperature, job.top_p, gen)
-            if first:
+            token = sampling.choose_token(self._masked(logits, matcher, bitmask),
+                                          job.temperature, job.top_p, gen)
+            if not out_ids:
                 self.metrics.first_token(time.monotonic() - job.submitted_at)
-                first = False
             if matcher is not None:
                 matcher.accept_token(token)
             if token in self.stop_token_ids:
                 finish = "stop"
                 break
             out_ids.append(token)
-            lp = (sampling.logprob_entry(raw, token, job.top_logprobs, self.decode_one)
+            lp = (sampling.logprob_entry(logits, token, job.top_logprobs, self.decode_one)
                   if job.logprobs else None)
             text = self.tokenizer.decode(out_ids, skip_special_tokens=True)
             cut = sampling.find_stop(text, job.stop)
             if cut != -1:
-                text, finish = text[:cut], "stop"
+                text = text[:cut]
             done = cut != -1 or (matcher is not None and matcher.is_terminated())
             n = sampling.safe_emit_length(text, job.stop, done)
             job.emit(("token", text[emitted:n], lp))

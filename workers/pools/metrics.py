@@ -29,7 +29,6 @@ COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens",
     "generation_tokens": "vllm:generation_tokens",
 }
-STAT_FIELDS = (*GAUGES, *COUNTERS, "ttft_seconds_sum", "ttft_seconds_count", "lora_adapters")
 
 
 def _unescape(v: str) -> str:
