@@ -284,8 +284,16 @@ def scrape_node(node: str) -> int:
         scrape.store_live(r, k, replica.id, stats, ttl_s=ttl, at=time.time())
         db.session.add(ReplicaMetric(replica_id=replica.id, **scrape.metric_row_values(stats)))
         count += 1
+    _prune_metrics()
     db.session.commit()
     return count
+
+
+def _prune_metrics() -> None:
+    """Keep ``POOLS_METRICS_RETENTION_H`` hours of scrapes (the console shows the latest)."""
+    from datetime import timedelta
+    cutoff = utcnow() - timedelta(hours=float(_cfg("POOLS_METRICS_RETENTION_H", 48)))
+    db.session.execute(db.delete(ReplicaMetric).where(ReplicaMetric.at < cutoff))
 
 
 def _serving(pool_id: int) -> list[tuple[int, str]]:

@@ -52,3 +52,23 @@ def test_live_stats_go_to_redis_with_a_ttl_for_the_gateway(app, redis_client):
     assert 0 < redis_client.ttl(keys().k("replica", 41, "stats")) <= 30
     # the gateway's bounded load reads the scraped queue depth from the same hash
     assert read_loads(redis_client, [41], keys())[41] == 4
+
+
+def test_scrape_prunes_old_time_series(app):
+    from datetime import timedelta
+
+    from app.catalog.models import ReplicaMetric
+    from app.catalog.service import sync_replica_rows
+    from app.extensions import db
+    from app.models_base import utcnow
+    from app.pools.driver import scrape_node
+    from tests.factories import PoolFactory
+    pool = PoolFactory(node="prunenode")
+    sync_replica_rows(pool)
+    db.session.commit()
+    rid = pool.replicas[0].id
+    db.session.add_all([ReplicaMetric(replica_id=rid, at=utcnow() - timedelta(days=3)),
+                        ReplicaMetric(replica_id=rid, at=utcnow())])
+    db.session.commit()
+    assert scrape_node("prunenode") == 0  # nothing serving there
+    assert db.session.scalar(db.select(db.func.count(ReplicaMetric.id))) == 1
