@@ -86,12 +86,14 @@ def _commit_and_publish() -> None:
 
 def _spawn(replica: Replica) -> None:
     pool = replica.pool
-    argv, env = build_command(pool.to_dict(), replica.index)
+    # Bind/advertise hosts: loopback for a single-node setup; a GPU node sets its address.
+    argv, env = build_command(pool.to_dict(), replica.index,
+                              host=_cfg("POOLS_BIND_HOST", "127.0.0.1"))
     paths = _paths(replica)
-    old = launcher.read_pid(paths)
-    launcher.terminate(old, port=replica_port(pool.to_dict(), replica.index))
+    port = replica_port(pool.to_dict(), replica.index)
+    launcher.terminate(launcher.read_pid(paths), port=port)
     replica.pid = launcher.spawn(argv, env, paths)
-    replica.url = f"http://127.0.0.1:{replica_port(pool.to_dict(), replica.index)}"
+    replica.url = f"http://{_cfg('POOLS_ADVERTISE_HOST', '127.0.0.1')}:{port}"
     _remember(replica.id, started_at=time.time())
 
 
