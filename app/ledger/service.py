@@ -88,8 +88,9 @@ def _read(r, stream: str, group: str, consumer: str, count: int, min_idle_ms: in
     return entries
 
 
-def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, list]:
-    """Ensure workflows and insert rows in the open transaction; returns (inserted, bad)."""
+def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list]:
+    """Ensure workflows and insert rows in the open transaction; returns
+    (rows inserted, workflows created, bad entries)."""
     from app.tenants.models import Tenant
     from app.workflows.service import ensure_workflows
 
@@ -112,8 +113,8 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, list]:
     tenants = {t for t, _ in names}
     live = set(db.session.scalars(db.select(Tenant.id).where(Tenant.id.in_(tenants)))) \
         if tenants else set()
-    ensure_workflows({p for p in names if p[0] in live}, names)
-    return _insert_ignore(list(rows.values())), bad
+    created = ensure_workflows({p for p in names if p[0] in live}, names)
+    return _insert_ignore(list(rows.values())), created, bad
 
 
 def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
@@ -132,13 +133,13 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
     consumer = consumer or consumer_name()
     count = batch_size or int(current_app.config.get("LEDGER_BATCH_SIZE") or 500)
     _ensure_group(r, stream, GROUP)
-    total = 0
+    total = new_workflows = 0
     for _ in range(max_batches):
         entries = _read(r, stream, GROUP, consumer, count, min_idle_ms, block_ms)
         if not entries:
             break
         try:
-            inserted, bad = _write_batch(entries)
+            inserted, created, bad = _write_batch(entries)
             db.session.commit()
         except Exception:
             db.session.rollback()
@@ -153,6 +154,11 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
         pipe.xdel(stream, *ids)
         pipe.execute()
         total += inserted
+        new_workflows += created
+    if new_workflows:
+        # Gateways learn new workflows (the router's frontier-first clock) from the snapshot.
+        from app.snapshot.service import publish_after_commit
+        publish_after_commit()
     total_fb = drain_feedback(max_batches=max_batches, batch_size=count, consumer=consumer,
                               min_idle_ms=min_idle_ms)
     if total or total_fb:

@@ -7,39 +7,43 @@ from app.extensions import db
 from app.workflows.models import COHORTS, Workflow
 
 
-def _insert_ignore(rows: list[dict]) -> None:
-    """INSERT .. ON CONFLICT (tenant_id, signature) DO NOTHING on PostgreSQL and SQLite."""
+def _insert_ignore(rows: list[dict]) -> int:
+    """INSERT .. ON CONFLICT (tenant_id, signature) DO NOTHING on PostgreSQL and SQLite;
+    returns how many were new."""
     if not rows:
-        return
+        return 0
     dialect = db.session.get_bind().dialect.name
     if dialect == "postgresql":
         from sqlalchemy.dialects.postgresql import insert
     elif dialect == "sqlite":
         from sqlalchemy.dialects.sqlite import insert
     else:  # pragma: no cover - other backends: check then insert
+        new = 0
         for row in rows:
             exists = db.session.scalar(db.select(Workflow.id).where(
                 Workflow.tenant_id == row["tenant_id"], Workflow.signature == row["signature"]))
             if exists is None:
                 db.session.add(Workflow(**row))
+                new += 1
         db.session.flush()
-        return
+        return new
     stmt = insert(Workflow).values(rows).on_conflict_do_nothing(
-        index_elements=["tenant_id", "signature"])
-    db.session.execute(stmt)
+        index_elements=["tenant_id", "signature"]).returning(Workflow.id)
+    return len(db.session.execute(stmt).all())
 
 
 def ensure_workflows(pairs: set[tuple[int, str]], names: dict[tuple[int, str], str] | None = None
-                     ) -> None:
+                     ) -> int:
     """Create the missing (tenant_id, signature) workflows in the current transaction;
-    the caller commits. Safe against concurrent drains (the unique key decides)."""
+    the caller commits. Safe against concurrent drains (the unique key decides).
+    Returns how many were created."""
     from app.models_base import utcnow
     names = names or {}
     now = utcnow()
     rows = [{"tenant_id": t, "signature": s, "name": names.get((t, s), "")[:200],
              "category": "uncategorized", "first_seen_at": now}
             for t, s in sorted(pairs)]
-    _insert_ignore(rows)
+    return _insert_ignore(rows)
 
 
 def ensure_workflow(tenant_id: int, signature: str, name: str = "", *,

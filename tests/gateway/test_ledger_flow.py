@@ -64,3 +64,18 @@ def test_feedback_reaches_the_ledger_row(world):
     assert row.payload["feedback"]["pass"] is False
     assert row.payload["feedback"]["note"] == "wrong total"
     assert row.cost_usd > Decimal(0)
+
+
+def test_a_drained_workflow_leaves_frontier_first(app, gateway, fake_replicas, frontier):
+    from tests.gateway.conftest import health, make_world, wait_for
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url,
+                   policy={"frontier_first_hours": 0})
+    client = w.client()
+    msgs = [{"role": "system", "content": "Route me."}, {"role": "user", "content": "hi"}]
+    first = client.chat.completions.with_raw_response.create(model="auto", messages=msgs)
+    assert first.headers["x-sluice-tier"] == "tier-3"  # nobody has seen this workflow
+    version = health(w.gateway)["snapshot_version"]
+    w.drain_rows(1)  # creates the workflow and publishes the snapshot
+    wait_for(lambda: health(w.gateway)["snapshot_version"] > version, what="snapshot reload")
+    again = client.chat.completions.with_raw_response.create(model="auto", messages=msgs)
+    assert again.headers["x-sluice-tier"] == "tier-2"

@@ -114,3 +114,11 @@ def test_kill_at_any_moment_loses_nothing(app, redis_client, app_config):
     drain_stream(max_batches=1000, min_idle_ms=0)
     assert count(t.id) == n
     assert pending(redis_client) == 0 and redis_client.xlen(keys().k("ledger", "stream")) == 0
+
+
+def test_new_workflows_reach_the_gateway_snapshot(app, redis_client):
+    t = TenantFactory()
+    push(redis_client, [event(t.id, 1, workflow="wf-new")])
+    drain_stream()
+    snap = orjson.loads(redis_client.get(keys().k("snapshot", "data")))
+    assert f"{t.id}:wf-new" in snap["workflows"]
