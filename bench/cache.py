@@ -1,0 +1,156 @@
+"""S00 cache bench: false/true hits (Sluice vs plain cosine vs GPTCache's similarity evaluation)
+on the same pairs and MiniLM embeddings, and lookup latency at 1k and 50k cached entries.
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/cache.py [--sizes 1000 50000] [--probes 300]
+
+GPTCache is imported only here; install it outside .venv, e.g.
+    pip install --no-deps --target /tmp/gptcache_pkg gptcache cachetools
+and point GPTCACHE_PATH at that folder (default /tmp/gptcache_pkg).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from app.cache.embedding import embed, embed_many  # noqa: E402
+from app.cache.keys import build_key  # noqa: E402
+from app.cache.store import CacheStore  # noqa: E402
+from app.core.entities import entity_profile, profiles_compatible  # noqa: E402
+from app.policies.schema import DEFAULTS  # noqa: E402
+
+PAIR_FILES = [ROOT / "app/cache/data/cache_pairs_sample.jsonl", ROOT / "tests/cache/data/pairs_heldout.jsonl"]
+TH = DEFAULTS["cache_similarity_threshold"]
+
+
+def load_gptcache_eval():
+    sys.path.insert(0, os.environ.get("GPTCACHE_PATH", "/tmp/gptcache_pkg"))
+    try:
+        from gptcache.similarity_evaluation.distance import SearchDistanceEvaluation
+    except ImportError:
+        return None
+    return SearchDistanceEvaluation()
+
+
+def rates(pairs, hits):
+    same = [h for p, h in zip(pairs, hits) if p["same"]]
+    diff = [h for p, h in zip(pairs, hits) if not p["same"]]
+    return (sum(diff), sum(diff) / max(len(diff), 1), sum(same), sum(same) / max(len(same), 1))
+
+
+def quality(path: Path, gpt_eval) -> None:
+    pairs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    va, vb = embed_many([p["a"] for p in pairs]), embed_many([p["b"] for p in pairs])
+    cos = (va * vb).sum(axis=1)
+    methods = {
+        "sluice (guard + cos>=%.3f)" % TH: [bool(c >= TH and profiles_compatible(
+            entity_profile(p["a"]), entity_profile(p["b"]))) for p, c in zip(pairs, cos)],
+        "plain cosine >= %.3f" % TH: [bool(c >= TH) for c in cos],
+    }
+    if gpt_eval is not None:
+        lo, hi = gpt_eval.range()
+        for thr in (0.8, 1 - (2 - 2 * TH) / hi):  # GPTCache's default, and the same cosine bar
+            name = f"gptcache SearchDistance thr={thr:.4f}"
+            hits = []
+            for c in cos:
+                d = float(2 - 2 * c)  # squared L2 between unit vectors, what GPTCache's faiss returns
+                score = gpt_eval.evaluation({"search_result": (d, None)}, {"search_result": (d, None)})
+                hits.append(score >= (hi - lo) * thr)
+            methods[name] = hits
+    print(f"\n== {path.name}: {len(pairs)} pairs ({sum(p['same'] for p in pairs)} same)")
+    print(f"{'method':<44}{'false hits':>11}{'false rate':>11}{'true hits':>10}{'true rate':>10}")
+    for name, hits in methods.items():
+        fh, fr, th, tr = rates(pairs, hits)
+        print(f"{name:<44}{fh:>11}{fr:>11.2%}{th:>10}{tr:>10.2%}")
+
+
+def pct(xs):
+    xs = np.array(xs) * 1000
+    return f"p50 {np.percentile(xs, 50):6.2f} ms  p99 {np.percentile(xs, 99):6.2f} ms"
+
+
+def latency(size: int, probes: int) -> None:
+    import redis
+    client = redis.Redis.from_url(os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ns = f"benchcache{uuid.uuid4().hex[:8]}"
+    store = CacheStore(client, ns)  # Redis fast path (lookups never reach Qdrant while Redis is up)
+    policy = dict(DEFAULTS)
+    rng = np.random.default_rng(0)
+    body = lambda t: {"model": "auto", "temperature": 0, "messages": [{"role": "user", "content": t}]}  # noqa: E731
+    texts = [f"What is the warranty policy for SKU-{i} in Florida?" for i in range(size)]
+    real_n = min(probes, size)
+    real_vecs = embed_many(texts[:real_n])
+    t0 = time.perf_counter()
+    try:
+        for i, t in enumerate(texts):
+            key = build_key("bench", policy, "auto", body(t))
+            if i < real_n:
+                vec = real_vecs[i]
+            else:
+                vec = rng.standard_normal(384).astype(np.float32)
+                vec /= np.linalg.norm(vec)
+            store.store(key, vec, {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": f"answer {i}"}}]}, f"r{i}", 3600)
+        fill = time.perf_counter() - t0
+        exact, semantic, miss = [], [], []
+        embed("warm up")
+        for i in range(real_n):
+            t = time.perf_counter()
+            hit = store.lookup(build_key("bench", policy, "auto", body(texts[i])), None, TH)
+            exact.append(time.perf_counter() - t)
+            assert hit and hit.kind == "exact"
+            para = f"Hi, what is the warranty policy for SKU-{i} in Florida? Thanks."
+            t = time.perf_counter()
+            key = build_key("bench", policy, "auto", body(para))
+            hit = store.lookup(key, embed(key.text), TH)
+            semantic.append(time.perf_counter() - t)
+            semantic_ok = hit is not None and hit.kind == "semantic"
+            other = f"What is the warranty policy for SKU-{i + size} in Oregon?"
+            t = time.perf_counter()
+            key = build_key("bench", policy, "auto", body(other))
+            hit = store.lookup(key, embed(key.text), TH)
+            miss.append(time.perf_counter() - t)
+            assert hit is None
+        print(f"\n== latency at {size} cached entries (fill {fill:.1f} s, {real_n} probes each)")
+        print(f"exact hit (key + Redis GET, no embedding): {pct(exact)}")
+        print(f"semantic hit (embedding + key + bucket):  {pct(semantic)}   ({semantic_ok=} on the last)")
+        print(f"miss (embedding + key + bucket):          {pct(miss)}")
+        emb = []
+        for i in range(min(100, real_n)):
+            t = time.perf_counter()
+            embed(texts[i] + " ?")
+            emb.append(time.perf_counter() - t)
+        print(f"embedding alone:                           {pct(emb)}")
+    finally:
+        keys = list(client.scan_iter(match=f"{ns}:*", count=5000))
+        for j in range(0, len(keys), 1000):
+            client.delete(*keys[j:j + 1000])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 50000])
+    ap.add_argument("--probes", type=int, default=300)
+    args = ap.parse_args()
+    gpt_eval = load_gptcache_eval()
+    if gpt_eval is None:
+        print("(gptcache not importable: set GPTCACHE_PATH; its column is skipped)")
+    for path in PAIR_FILES:
+        quality(path, gpt_eval)
+    for size in args.sizes:
+        latency(size, args.probes)
+
+
+if __name__ == "__main__":
+    main()
