@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -267,7 +267,7 @@ def run(url: str, ns: str, args) -> None:
         timed("GET /finops/cohorts page (month)", page(f"/finops/cohorts?period={PERIOD}"),
               args.runs)
         t4 = time.perf_counter()
-        resp = client.get(f"/finops/export/ledger.csv?start=2026-10-15&end=2026-10-15")
+        resp = client.get("/finops/export/ledger.csv?start=2026-10-15&end=2026-10-15")
         size = len(resp.get_data())
         print(f"  raw ledger CSV for one day: {size / 1e6:.1f} MB in "
               f"{time.perf_counter() - t4:.1f} s", flush=True)

@@ -1,7 +1,6 @@
 """Ledger -> rollup -> report numbers agree to the cent, across a mid-month price change."""
 import csv
 import io
-from datetime import timedelta
 from decimal import Decimal
 
 import sqlalchemy as sa
