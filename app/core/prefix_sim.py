@@ -15,6 +15,16 @@ Each replica has:
   ``overhead_ms``; decode costs ``decode_ms_per_token`` per output token in its slot.
   TTFT = wait for a slot + wait for the prefill stream + own prefill.
 
+Policies: round-robin, random, least-loaded (fewest in flight), consistent hashing (ring
+of 160 virtual nodes per replica, same key as sluice, no load bound), prefix trie
+(production-stack style: longest matched prefix among replicas it was sent to, random
+tie-break, never forgets), cache-aware (SGLang-router style: shortest queue when
+imbalanced, else best match above ``cache_threshold``, else smallest tree), sluice
+(``pick_replica`` keyed by session id else static-prefix hash; load = in flight + queued;
+static-prefix keys take the least loaded replica within the bound, sessions their first),
+oracle (one pooled cache of replicas x kv_tokens that every replica reads, as if KV moved
+for free, with least-loaded dispatch: an upper bound on both hit rate and balance).
+
 Load for max/mean is requests served per replica over the run: it is what a router
 controls (every policy sees the same requests), whereas token work would fold each
 policy's own cache hits into its balance figure.

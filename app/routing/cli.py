@@ -32,7 +32,7 @@ def format_table(result: dict) -> str:
     if "sluice" in result["policies"] and len(result["policies"]) > 1:
         best, rate = best_non_oracle(result)
         s = result["policies"]["sluice"]
-        lines.append(f"sluice vs best non-oracle ({best}): {s['hit_rate'] - rate:+.1%} "
+        lines.append(f"sluice vs best non-oracle ({best}): {(s['hit_rate'] - rate) * 100:+.1f} pts "
                      f"hit rate, max/mean {s['max_over_mean_load']:.3f}")
     return "\n".join(lines)
 
