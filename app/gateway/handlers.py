@@ -17,7 +17,6 @@ from app.gateway.errors import GatewayError
 from app.gateway.feedback import parse_feedback, record_feedback
 from app.gateway.pipeline import run_pipeline
 from app.gateway.stages import s00_cache
-from app.gateway.telemetry import finish
 from app.gateway.upstream import downstream_headers
 from app.gateway.validation import check_chat_body, parse_json
 

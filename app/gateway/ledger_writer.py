@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, datetime, timezone
 
 import orjson
 
