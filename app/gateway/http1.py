@@ -4,12 +4,13 @@ per request, responses parsed by httptools (C), bodies streamed as they arrive.
 Why not httpx here: profiling the gateway showed httpcore's pool scanning every pooled
 connection on each request (``is_idle``/``has_expired`` per connection), which grows
 with concurrency, plus several socket writes per request. This client does what the
-data path needs and nothing else: plain http (upstreams are on the cluster network),
-Content-Length request bodies, Content-Length or chunked responses.
+data path needs and nothing else: http and https (frontier APIs, verified with the
+system CA store), Content-Length request bodies, Content-Length or chunked responses.
 """
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections import deque
 from urllib.parse import urlsplit
 
@@ -33,7 +34,7 @@ class ReadError(HTTPClientError):
 
 
 class _Conn(asyncio.Protocol):
-    def __init__(self, pool: "Pool", key: tuple[str, int]) -> None:
+    def __init__(self, pool: "Pool", key: tuple[str, int, bool]) -> None:
         self.pool, self.key = pool, key
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
@@ -158,11 +159,13 @@ class Response:
 
 
 class Pool:
-    def __init__(self, max_idle_per_host: int = 256, connect_timeout: float = 5.0) -> None:
+    def __init__(self, max_idle_per_host: int = 256, connect_timeout: float = 5.0,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.max_idle = max_idle_per_host
         self.connect_timeout = connect_timeout
-        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._idle: dict[tuple[str, int, bool], list[_Conn]] = {}
         self._all: set[_Conn] = set()
+        self._ssl = ssl_context  # None: the system CA store, built on first https use
 
     def _put(self, conn: _Conn) -> None:
         idle = self._idle.setdefault(conn.key, [])
@@ -177,20 +180,26 @@ class Pool:
         if idle and conn in idle:
             idle.remove(conn)
 
-    async def _connect(self, key: tuple[str, int], timeout: float) -> _Conn:
+    async def _connect(self, key: tuple[str, int, bool], timeout: float) -> _Conn:
         loop = asyncio.get_running_loop()
+        tls = None
+        if key[2]:
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            tls = self._ssl
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self, key), key[0], key[1]),
+                loop.create_connection(lambda: _Conn(self, key), key[0], key[1], ssl=tls,
+                                       server_hostname=key[0] if tls else None),
                 min(timeout, self.connect_timeout))
         except asyncio.TimeoutError:
             raise Timeout(f"connect to {key[0]}:{key[1]} timed out") from None
-        except OSError as exc:
+        except (OSError, ssl.SSLError) as exc:
             raise ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
         self._all.add(conn)
         return conn
 
-    def _take(self, key: tuple[str, int]) -> _Conn | None:
+    def _take(self, key: tuple[str, int, bool]) -> _Conn | None:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
@@ -202,7 +211,8 @@ class Pool:
                    timeout: float) -> Response:
         """Send; return once the response headers arrived (the body streams after)."""
         parts = urlsplit(url)
-        key = (parts.hostname or "127.0.0.1", parts.port or 80)
+        https = parts.scheme == "https"
+        key = (parts.hostname or "127.0.0.1", parts.port or (443 if https else 80), https)
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
