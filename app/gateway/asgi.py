@@ -87,6 +87,7 @@ class Gateway:
             log.exception("request %s: telemetry failed", ctx.request_id)
 
     def book_stream(self, ctx: RequestContext) -> None:
+        ctx.telemetry["booked"] = True
         self.metrics.in_flight.dec()
         self.book(ctx)
         if ctx.status == 200:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import uuid
 
+import anyio
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
@@ -131,8 +132,7 @@ async def chat_completions(request: Request) -> Response:
                        **_sluice_headers(ctx, cost=False), "cache-control": "no-cache",
                        "x-accel-buffering": "no"}
             headers.pop("content-type", None)
-            return StreamingResponse(sse.relay(ctx, gw.book_stream), headers=headers,
-                                     media_type="text/event-stream")
+            return _Stream(ctx, gw, headers=headers)
         ctx.response_json = orjson.loads(ctx.response_bytes)
         ctx.usage = ctx.response_json.get("usage") or {}
         gw.book(ctx)
@@ -151,6 +151,26 @@ async def chat_completions(request: Request) -> Response:
     finally:
         if not streaming:
             gw.metrics.in_flight.dec()
+
+
+class _Stream(StreamingResponse):
+    """The SSE relay, plus accounting for a client that left before the first chunk
+    (the relay generator then never runs, so its ``finally`` cannot)."""
+
+    def __init__(self, ctx: RequestContext, gw, headers: dict[str, str]) -> None:
+        super().__init__(sse.relay(ctx, gw.book_stream), headers=headers,
+                         media_type="text/event-stream")
+        self.ctx, self.gw = ctx, gw
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.ctx.telemetry.get("booked"):
+                self.ctx.status, self.ctx.error = 499, "client_closed"
+                self.gw.book_stream(self.ctx)
+                with anyio.CancelScope(shield=True):
+                    await self.ctx.upstream_response.aclose()
 
 
 async def _after(ctx: RequestContext, response: dict | None) -> None:

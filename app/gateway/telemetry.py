@@ -130,7 +130,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
         },
         "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
                      "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
-                                                          if k != "route_reason"}},
+                                                          if k not in ("route_reason", "booked")}},
         "status": ctx.status, "error": ctx.error,
     }
     if metrics is not None:

@@ -97,3 +97,13 @@ def test_failure_after_first_byte_ends_with_error_event_then_done(world):
             pass
     rows = world.drain_rows(2)
     assert [(r.status, r.payload["error"]) for r in rows] == [(502, "upstream_disconnected")] * 2
+
+
+def test_client_leaving_mid_stream_is_booked_499(world):
+    body = {"model": "tier-1", "stream": True,
+            "messages": msgs("one two three four five six [[chunk-delay:150]]")}
+    with httpx.stream("POST", world.base_url + "/chat/completions", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {world.key}"}) as r:
+        next(r.iter_bytes())  # the first chunk, then hang up
+    (row,) = world.drain_rows(1)
+    assert (row.status, row.payload["error"]) == (499, "client_closed")
