@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent
 VAR = ROOT / "var"
 
 # Environment variable -> config key, with a converter.
-_ENV_KEYS: dict[str, tuple[str, type]] = {
+_ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_DATABASE_URL": ("SQLALCHEMY_DATABASE_URI", str),
     "SLUICE_REDIS_URL": ("REDIS_URL", str),
     "SLUICE_REDIS_NAMESPACE": ("REDIS_NAMESPACE", str),
@@ -23,6 +23,9 @@ _ENV_KEYS: dict[str, tuple[str, type]] = {
     "SLUICE_SECRET_KEY": ("SECRET_KEY", str),
     "SLUICE_GATEWAY_MAX_BODY_BYTES": ("GATEWAY_MAX_BODY_BYTES", int),
     "SLUICE_GATEWAY_URL": ("GATEWAY_URL", str),
+    "SLUICE_GATEWAY_SNAPSHOT_POLL_S": ("GATEWAY_SNAPSHOT_POLL_S", float),
+    "SLUICE_GATEWAY_EJECT_S": ("GATEWAY_EJECT_S", float),
+    "SLUICE_GATEWAY_CACHE_WARM": ("GATEWAY_CACHE_WARM", lambda v: v.lower() in {"1", "true", "yes", "on"}),
     "SLUICE_ENGINE_MODEL": ("ENGINE_MODEL", str),
     "SLUICE_NODE": ("NODE_NAME", str),
     "SLUICE_BUDGET_WEBHOOK_URL": ("BUDGET_WEBHOOK_URL", str),
@@ -49,6 +52,9 @@ class Config:
     SESSION_COOKIE_SAMESITE = "Lax"
     GATEWAY_MAX_BODY_BYTES = 4 * 1024 * 1024
     GATEWAY_URL = "http://127.0.0.1:8400"
+    GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
+    GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long
+    GATEWAY_CACHE_WARM = False      # load the embedding model at gateway start
     ENGINE_MODEL = "smollm2"
     NODE_NAME = "local"
     BUDGET_WEBHOOK_URL = ""
