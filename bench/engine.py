@@ -1,7 +1,7 @@
 """Reference engine figures with SmolLM2-135M on this CPU: decode tokens/s, and TTFT
 for a request whose 1,000-token shared prefix misses vs hits the prefix KV cache.
 
-    .venv/bin/python bench/engine.py [--model smollm2] [--threads 2] [--runs 3]
+    .venv/bin/python bench/engine.py [--model smollm2] [--threads 1] [--runs 3]
 
 Starts the engine as a real HTTP server on a free 127.0.0.1 port, streams each request
 and times the first content chunk. A miss is forced with a fresh ``cache_salt`` (its own
@@ -66,7 +66,8 @@ def _stream(url: str, body: dict) -> tuple[float, float, int, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads; 1 avoids OpenMP spin contention on a shared box")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--prefix-tokens", type=int, default=1000)
     ap.add_argument("--gen-tokens", type=int, default=64)
