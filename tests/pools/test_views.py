@@ -106,3 +106,16 @@ def test_admin_api_queues_the_same_actions(app, redis_client):
     assert "pools.load_lora" in tasks
     status = client.get("/api/v1/pools/status", headers=hdr).get_json()
     assert status["pools"][0]["replicas"][0]["state"] == "pending"
+
+
+def test_beat_supervise_and_scrape_fan_out_to_each_node_queue(app, redis_client):
+    from workers.tasks.pools import scrape, supervise
+    pool = _pool(1)
+    PoolFactory(node="othernode")
+    assert supervise() == sorted({pool.node, "othernode"})
+    scrape()
+    for node in (pool.node, "othernode"):
+        msgs = [(m["headers"]["task"], m["headers"]["argsrepr"])
+                for m in _queued(redis_client, f"pool.{node}")]
+        assert ("pools.supervise", f"['{node}']") in msgs
+        assert ("pools.scrape", f"['{node}']") in msgs
