@@ -45,6 +45,7 @@ class Job:
     top_logprobs: int = 0
     response_format: dict | None = None
     cache_salt: str = ""
+    ignore_eos: bool = False  # vLLM's extra sampling parameter
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -229,7 +230,7 @@ class Engine:
                 self.metrics.first_token(time.monotonic() - job.submitted_at)
             if matcher is not None:
                 matcher.accept_token(token)
-            if token in self.stop_token_ids:
+            if token in self.stop_token_ids and not (job.ignore_eos and matcher is None):
                 finish = "stop"
                 break
             out_ids.append(token)

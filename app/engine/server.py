@@ -61,7 +61,8 @@ def _job_from_body(engine: Engine, body: dict, opts: ServerOptions, emit) -> Job
                top_p=float(body.get("top_p") or 1.0), stop=[str(s) for s in stop],
                seed=body.get("seed"), logprobs=bool(body.get("logprobs")),
                top_logprobs=top_logprobs, response_format=body.get("response_format"),
-               cache_salt=str(body.get("cache_salt") or ""))
+               cache_salt=str(body.get("cache_salt") or ""),
+               ignore_eos=bool(body.get("ignore_eos")))
 
 
 def create_app(load: Callable[[], Engine], opts: ServerOptions) -> Starlette:

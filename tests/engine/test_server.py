@@ -155,3 +155,45 @@ def test_metrics_use_vllm_names(tiny_engine):
                  "vllm:spec_decode_num_accepted_tokens_total", "vllm:lora_requests_info"):
         assert name in text, name
     assert tiny_engine.metric("vllm:time_to_first_token_seconds_count") >= 1
+
+
+def test_one_forward_at_a_time_queues_show_as_waiting(tiny_engine):
+    import threading
+    import time
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "long"}],
+            "max_tokens": 3000, "temperature": 0, "ignore_eos": True, "stream": True}
+    streams, stop = [], threading.Event()
+
+    def hold_open() -> None:
+        with httpx.stream("POST", f"{tiny_engine.url}/v1/chat/completions", json=body,
+                          timeout=120) as r:
+            streams.append(r.status_code)
+            for _ in r.iter_lines():
+                if stop.is_set():
+                    break  # closing the stream aborts the generation
+
+    threads = [threading.Thread(target=hold_open) for _ in range(2)]
+    for t in threads:
+        t.start()
+        time.sleep(0.2)
+    try:
+        seen = False
+        for _ in range(100):
+            if (tiny_engine.metric("vllm:num_requests_running") == 1
+                    and tiny_engine.metric("vllm:num_requests_waiting") == 1):
+                seen = True
+                break
+            time.sleep(0.05)
+        assert seen, "never saw one running and one waiting request"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert streams == [200, 200]
+    for _ in range(100):
+        if tiny_engine.metric("vllm:num_requests_running") == 0 and \
+                tiny_engine.metric("vllm:num_requests_waiting") == 0:
+            break
+        time.sleep(0.05)
+    assert tiny_engine.metric("vllm:num_requests_running") == 0
+    assert tiny_engine.metric("vllm:num_requests_waiting") == 0
