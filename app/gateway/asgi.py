@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from app.gateway import handlers
 from app.gateway.auth import RateLimiter
+from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
 from app.gateway.ledger_writer import LedgerWriter
 from app.gateway.snapshot import SnapshotStore
@@ -40,6 +41,7 @@ class Gateway:
         self.redis = None
         self.snapshots: SnapshotStore | None = None
         self.limiter: RateLimiter | None = None
+        self.budget: BudgetGuard | None = None
         self.ledger: LedgerWriter | None = None
         self.upstream: Upstream | None = None
         self._tasks: list[asyncio.Task] = []
@@ -51,6 +53,7 @@ class Gateway:
         self.snapshots = SnapshotStore(self.redis, self.keys.k("snapshot", "version"),
                                        self.keys.k("snapshot", "data"), self.poll_s)
         self.limiter = RateLimiter(self.redis, self.keys)
+        self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"])
         self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
         await self.snapshots.refresh()
@@ -80,20 +83,30 @@ class Gateway:
         await self.redis.aclose()
 
     def book(self, ctx: RequestContext) -> None:
-        """Account a finished request: metrics now, ledger event to the stream."""
+        """Account a finished request: metrics now, ledger event to the stream, and the
+        budget hold settled at the cost the ledger records (0 for failures and hits)."""
         try:
             self.ledger.submit(finish(ctx, self.metrics))
         except Exception:  # noqa: BLE001 - accounting bugs must not fail the answer
             log.exception("request %s: telemetry failed", ctx.request_id)
+        if ctx.budget_reserved is not None:
+            actual = ctx.telemetry.get("cost_usd") or 0
+            reserved, ctx.budget_reserved = ctx.budget_reserved, None
+            self.spawn(self.budget.settle(ctx.tenant["id"], reserved, actual,
+                                          ctx.budget_period))
+
+    def spawn(self, coro) -> None:
+        """Run ``coro`` after the answer; ``stop`` waits for it."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._hooks.add(task)
+        task.add_done_callback(self._hooks.discard)
 
     def book_stream(self, ctx: RequestContext) -> None:
         ctx.telemetry["booked"] = True
         self.metrics.in_flight.dec()
         self.book(ctx)
         if ctx.status == 200:
-            task = asyncio.get_running_loop().create_task(self._after(ctx))
-            self._hooks.add(task)
-            task.add_done_callback(self._hooks.discard)
+            self.spawn(self._after(ctx))
 
     @staticmethod
     async def _after(ctx: RequestContext) -> None:

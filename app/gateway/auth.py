@@ -70,10 +70,3 @@ class RateLimiter:
             raise GatewayError(429, f"Rate limit reached: {rpm} requests per minute.",
                                code="rate_limit_exceeded", headers={"retry-after": str(retry)})
 
-
-def check_budget(snapshot: Snapshot, tenant: dict) -> None:
-    """Budget hook: FinOps publishes tenants whose hard budget is spent as
-    ``budget_blocked_tenants`` in the snapshot (or ``budget_exceeded`` on the tenant)."""
-    if tenant.get("budget_exceeded") or str(tenant["id"]) in snapshot.blocked_tenants:
-        raise GatewayError(429, "Budget exhausted for this tenant.", code="budget_exceeded",
-                           type_="insufficient_quota")

@@ -28,6 +28,8 @@ class RequestContext:
     workflow_name: str = ""
     workflow: dict | None = None            # snapshot entry; None for a new workflow
     session_id: str | None = None
+    budget_reserved: Any = None             # Decimal held at admission (None: not held)
+    budget_period: str = ""
 
     # decisions
     state: str = ""

@@ -12,7 +12,8 @@ from starlette.responses import Response, StreamingResponse
 
 from app.core.workflow import workflow_signature
 from app.gateway import sse
-from app.gateway.auth import authenticate, check_budget
+from app.gateway.auth import authenticate
+from app.gateway.budget import estimate_usd, reachable_tiers
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
 from app.gateway.feedback import parse_feedback, record_feedback
@@ -76,7 +77,6 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
     policy = tenant["policy"]
     check_chat_body(body, int(policy.get("max_tokens_cap") or 4096))
     tier = resolve_model(snap, tenant, body["model"])
-    check_budget(snap, tenant)
     await gw.limiter.check(tenant)
     headers = request.headers
     sig, name = workflow_signature(tenant["id"], body, headers.get("x-sluice-workflow"))
@@ -86,12 +86,16 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
     if session is None and policy.get("session_key") in ("user", "both"):
         session = body.get("user") if isinstance(body.get("user"), str) else None
     opts = body.get("stream_options") or {}
+    estimate = estimate_usd(body, reachable_tiers(snap.allowed_tiers(tenant), tier),
+                            int(policy.get("max_tokens_cap") or 4096))
+    reserved, period = await gw.budget.reserve(tenant["id"], estimate)
     return RequestContext(
         request_id=rid, snapshot=snap, tenant=tenant, key=key, body=body,
         client_headers=dict(headers), gw=gw, requested_model=body["model"],
         requested_tier=tier, stream=bool(body.get("stream")),
         include_usage=bool(opts.get("include_usage")), workflow_signature=sig,
-        workflow_name=name, workflow=snap.workflow(tenant["id"], sig), session_id=session)
+        workflow_name=name, workflow=snap.workflow(tenant["id"], sig), session_id=session,
+        budget_reserved=reserved, budget_period=period)
 
 
 def _sluice_headers(ctx: RequestContext, cost: bool) -> dict[str, str]:

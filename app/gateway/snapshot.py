@@ -34,7 +34,6 @@ class Snapshot:
         self.all_tiers = tiers
         self.tiers = [t for t in tiers if t.get("enabled", True)]
         self.tiers_by_name = {t["name"]: t for t in self.tiers}
-        self.blocked_tenants = {str(t) for t in data.get("budget_blocked_tenants") or []}
 
     def tenant(self, tenant_id: int | str) -> dict | None:
         return self.tenants.get(str(tenant_id))

@@ -70,9 +70,6 @@ def test_gateway_traffic_dashboard_csv_and_budget(world, console, page, tmp_path
     assert "budget-table" in page.content()
 
 
-@pytest.mark.xfail(strict=True, reason="the gateway does not call app.finops.budget.areserve/"
-                   "asettle yet (its check_budget reads only snapshot.budget_blocked_tenants, "
-                   "which nothing publishes); remove this mark once it does")
 def test_gateway_refuses_the_next_request_after_a_hard_budget(world):
     client = world.client()
     client.chat.completions.create(model="tier-3", messages=[{"role": "user", "content": "hi"}])

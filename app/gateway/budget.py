@@ -1,0 +1,96 @@
+"""Budget holds on the request path: reserve an estimate at admission, settle the actual
+cost when the request is booked (``app.finops.budget`` does the Redis side).
+
+Fails open like the rate limiter: with Redis unreachable the gateway serves and skips
+the check for ``open_s`` seconds; the ledger reconcile later corrects the counters.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from decimal import Decimal
+
+import orjson
+
+from app.finops import budget as rb
+from app.gateway.errors import GatewayError
+
+log = logging.getLogger(__name__)
+MILLION = Decimal(1_000_000)
+CHARS_PER_TOKEN = 4
+
+
+def _text_len(content) -> int:
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
+    return 0
+
+
+def estimate_prompt_tokens(body: dict) -> int:
+    """Prompt tokens from text length (about 4 characters a token, rounded up), plus a
+    few per message for the chat template; tools and the schema count as their JSON."""
+    chars = sum(_text_len(m.get("content")) for m in body.get("messages") or [])
+    for extra in ("tools", "response_format"):
+        if body.get(extra):
+            chars += len(orjson.dumps(body[extra]))
+    return math.ceil(chars / CHARS_PER_TOKEN) + 4 * len(body.get("messages") or [])
+
+
+def reachable_tiers(allowed: list[dict], requested: dict | None) -> list[dict]:
+    """Tiers a request may end on: for ``auto`` any allowed tier; for a named tier that
+    one and the allowed tiers above it (escalation)."""
+    if requested is None:
+        return allowed
+    return [t for t in allowed if t["rank"] >= requested["rank"]] or [requested]
+
+
+def estimate_usd(body: dict, tiers: list[dict], max_tokens_cap: int) -> Decimal:
+    """Worst case over ``tiers``: prompt estimate x input price + max_tokens x output."""
+    prompt = estimate_prompt_tokens(body)
+    out = body.get("max_tokens") or body.get("max_completion_tokens") or max_tokens_cap
+    out = min(int(out), max_tokens_cap) * int(body.get("n") or 1)
+    worst = Decimal(0)
+    for t in tiers:
+        cost = (prompt * Decimal(str(t.get("price_input_per_m") or 0))
+                + out * Decimal(str(t.get("price_output_per_m") or 0))) / MILLION
+        worst = max(worst, cost)
+    return worst
+
+
+class BudgetGuard:
+    def __init__(self, redis, ns: str, open_s: float = 2.0) -> None:
+        self.redis = redis
+        self.ns = ns
+        self.open_s = open_s
+        self._skip_until = 0.0
+
+    async def reserve(self, tenant_id: int, estimate: Decimal) -> tuple[Decimal | None, str]:
+        """Hold ``estimate`` for the month; returns (held amount or None when Redis is
+        out, period). Raises the 429 when a hard budget refuses it."""
+        period = rb.current_period()
+        if time.monotonic() < self._skip_until:
+            return None, period
+        try:
+            ok, reason = await rb.areserve(self.redis, self.ns, tenant_id, estimate,
+                                           period=period)
+        except Exception as exc:  # noqa: BLE001 - never refuse traffic because Redis is down
+            log.warning("budget counters unavailable, failing open: %s", exc)
+            self._skip_until = time.monotonic() + self.open_s
+            return None, period
+        if not ok:
+            body = rb.error_body(reason)["error"]
+            raise GatewayError(429, body["message"], code=body["code"], type_=body["type"])
+        return estimate, period
+
+    async def settle(self, tenant_id: int, reserved: Decimal | None, actual: Decimal,
+                     period: str) -> None:
+        if reserved is None:
+            return
+        try:
+            await rb.asettle(self.redis, self.ns, tenant_id, reserved, actual, period=period)
+        except Exception as exc:  # noqa: BLE001 - the ledger reconcile corrects the counter
+            log.warning("budget settle failed for tenant %s (reserved %s, actual %s): %s",
+                        tenant_id, reserved, actual, exc)
