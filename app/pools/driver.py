@@ -128,6 +128,8 @@ def start_replica(replica_id: int, *, wait_s: float | None = None) -> str:
     if ok:
         return _mark_healthy(replica_id)
     log.info("replica %s not healthy yet: %s", replica_id, detail)
+    if health.is_broken(detail) or not launcher.is_running(pid):
+        return supervise_replica(replica_id)  # down now, restarted with backoff later
     return "starting"
 
 
@@ -211,6 +213,14 @@ def supervise_node(node: str) -> dict[int, str]:
     return done
 
 
+def supervise_replica(replica_id: int) -> str:
+    with _replica_lock(replica_id) as got:
+        replica = db.session.get(Replica, replica_id)
+        if not got or replica is None or replica.state not in states.SUPERVISED:
+            return replica.state if replica else "gone"
+        return _supervise_one(replica)
+
+
 def _supervise_one(replica: Replica) -> str:
     now = time.time()
     mem = _memory(replica.id)
@@ -244,7 +254,8 @@ def _supervise_one(replica: Replica) -> str:
         db.session.commit()
         return "ok"
     if replica.state == "starting":
-        if now - mem.get("started_at", now) > float(_cfg("POOLS_START_TIMEOUT_S", 300)):
+        if health.is_broken(detail) or now - mem.get("started_at", now) > float(
+                _cfg("POOLS_START_TIMEOUT_S", 300)):
             launcher.terminate(replica.pid, port=port)
             _fail(replica, mem, f"not healthy in time: {detail}")
             return "down"

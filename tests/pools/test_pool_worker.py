@@ -171,3 +171,25 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
     finally:
         for pid in pids + [r.pid for r in _replicas(pool.id) if r.pid]:
             launcher.terminate(pid, grace_s=5)
+
+
+def test_an_engine_that_cannot_load_is_marked_down(app, pool_worker, tmp_path):
+    from app.pools.service import request_pool_action
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "config.json").write_text("{}")
+    pool = PoolFactory(name=f"broken-{uuid.uuid4().hex[:6]}", engine="reference",
+                       model=str(broken), desired_replicas=1, base_port=free_port_pair(),
+                       node="local", options={"threads": 1})
+    sync_replica_rows(pool)
+    db.session.commit()
+    ops = UserFactory(role="ops")
+    request_pool_action(ops, pool.id, "start")
+    try:
+        pool_worker.wait_for(lambda: _replicas(pool.id)[0].state == "down", 120,
+                             "broken replica marked down")
+        replica = _replicas(pool.id)[0]
+        assert "load failed" in replica.last_error and replica.pid is None
+    finally:
+        request_pool_action(ops, pool.id, "stop")
+        pool_worker.wait_for(lambda: _replicas(pool.id)[0].state == "stopped", 60, "stopped")

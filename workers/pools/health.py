@@ -19,6 +19,12 @@ def check(url: str, timeout_s: float = 2.0) -> tuple[bool, str]:
     return False, f"/health {resp.status_code}: {resp.text[:200]}"
 
 
+def is_broken(detail: str) -> bool:
+    """A 503 that is not "still loading": the engine died (vLLM does not answer before it
+    is up; the reference engine answers 503 "loading" while it loads)."""
+    return detail.startswith("/health 503") and not detail.endswith("loading")
+
+
 def wait_healthy(url: str, timeout_s: float, *, alive: Callable[[], bool] = lambda: True,
                  interval_s: float = 0.5) -> tuple[bool, str]:
     """Poll until healthy, the process dies, or ``timeout_s`` passes."""
@@ -30,6 +36,8 @@ def wait_healthy(url: str, timeout_s: float, *, alive: Callable[[], bool] = lamb
             return True, detail
         if not alive():
             return False, f"process exited ({detail})"
+        if is_broken(detail):
+            return False, detail
         time.sleep(interval_s)
     return False, f"not healthy after {timeout_s:.0f}s ({detail})"
 
