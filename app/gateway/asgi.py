@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -44,6 +45,7 @@ class Gateway:
         self.budget: BudgetGuard | None = None
         self.ledger: LedgerWriter | None = None
         self.upstream: Upstream | None = None
+        self.cache = s00_cache.GatewayCache(config)
         self._tasks: list[asyncio.Task] = []
         self._hooks: set[asyncio.Task] = set()
 
@@ -57,6 +59,8 @@ class Gateway:
         self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
         await self.snapshots.refresh()
+        if self.config.get("GATEWAY_CACHE_WARM"):
+            threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run())]
 
@@ -81,6 +85,7 @@ class Gateway:
                       len(self.ledger.queue), exc)
         await self.upstream.aclose()
         await self.redis.aclose()
+        self.cache.close()
 
     def book(self, ctx: RequestContext) -> None:
         """Account a finished request: metrics now, ledger event to the stream, and the
@@ -94,6 +99,12 @@ class Gateway:
             reserved, ctx.budget_reserved = ctx.budget_reserved, None
             self.spawn(self.budget.settle(ctx.tenant["id"], reserved, actual,
                                           ctx.budget_period))
+
+    async def release_budget(self, ctx: RequestContext) -> None:
+        """Settle the hold now at cost 0 (a cache hit)."""
+        if ctx.budget_reserved is not None:
+            reserved, ctx.budget_reserved = ctx.budget_reserved, None
+            await self.budget.settle(ctx.tenant["id"], reserved, 0, ctx.budget_period)
 
     def spawn(self, coro) -> None:
         """Run ``coro`` after the answer; ``stop`` waits for it."""

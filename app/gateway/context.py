@@ -37,7 +37,8 @@ class RequestContext:
     fallbacks: list[str] = field(default_factory=list)  # fallback states taken
     stage_errors: list[str] = field(default_factory=list)
     embedding: Any = None                   # one embedding per request: cache and router share it
-    cache: str = "miss"                     # miss | exact | semantic | bypass
+    cache: str = "miss"                     # miss | exact | semantic
+    cache_key: Any = None                   # app.cache.keys.CacheKey once S00 probed
     cached_response: dict | None = None
     collect_stream: bool = False            # a stage wants the streamed answer assembled
     collected: dict | None = None           # ... which the relay puts here
@@ -48,7 +49,10 @@ class RequestContext:
     escalated: bool = False
     margin: float | None = None
     upstream_body: dict | None = None       # what S04 sends (S02 may rewrite it)
-    key_map: dict | None = None             # S02 minified keys -> S05 expands them
+    key_map: Any = None                     # S02's KeyMap (minified -> original) for S05
+    minify: Any = None                      # s02_minify.MinifyState when S02 minified
+    stream_hooks: list = field(default_factory=list)  # relay hooks: .chunk(dict), .done()
+    attempts: list[dict] = field(default_factory=list)  # discarded attempts, still paid for
 
     # upstream results
     upstream_status: int = 0
@@ -69,6 +73,20 @@ class RequestContext:
     @property
     def policy(self) -> dict:
         return self.tenant["policy"]
+
+    def record_attempt(self, reason: str) -> None:
+        """Book the current attempt's usage as a discarded attempt (a schema retry, an
+        escalation): the ledger pays for it on top of the answer served."""
+        from app.core.pricing import request_cost
+        usage = self.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        p, c = int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0)
+        o = int(usage.get("completion_tokens") or 0)
+        self.attempts.append({"tier": (self.tier or {}).get("name"), "reason": reason,
+                              "replica": (self.replica or {}).get("name"),
+                              "prompt_tokens": p, "cached_tokens": c, "completion_tokens": o,
+                              "cost_usd": f"{request_cost(self.tier or {}, p, c, o):f}"})
+        self.usage = {}
 
     def elapsed_ms(self) -> float:
         return (time.perf_counter() - self.started) * 1000.0

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from app.cache.replay import replay_as_sse_chunks, sse_lines
 from app.core.workflow import workflow_signature
 from app.gateway import sse
 from app.gateway.auth import authenticate
@@ -184,13 +185,23 @@ async def _after(ctx: RequestContext, response: dict | None) -> None:
         log.exception("request %s: cache on_complete failed", ctx.request_id)
 
 
+def _replay(ctx: RequestContext):
+    """A cached completion as the chunk stream the client asked for (usage chunk only
+    with ``include_usage``); chunk ids name this request."""
+    chunks = replay_as_sse_chunks(ctx.cached_response, ctx.requested_model, ctx.request_id)
+    if not ctx.include_usage:
+        chunks = [c for c in chunks if c.get("choices")]
+    return sse_lines(chunks)
+
+
 async def _respond_cached(gw, ctx: RequestContext) -> Response:
     ctx.usage = ctx.cached_response.get("usage") or {}
     gw.book(ctx)
     if ctx.stream:
-        return StreamingResponse(sse.replay(ctx.cached_response, ctx.include_usage),
+        return StreamingResponse(_replay(ctx),
                                  media_type="text/event-stream",
-                                 headers=_sluice_headers(ctx, cost=True))
+                                 headers={**_sluice_headers(ctx, cost=True),
+                                          "cache-control": "no-cache"})
     return _json(ctx.cached_response, headers=_sluice_headers(ctx, cost=True))
 
 
@@ -223,8 +234,14 @@ async def feedback(request: Request) -> Response:
                                code="feedback_unavailable") from exc
     except GatewayError as exc:
         return exc.response()
+    evicted = False
+    if not passed:
+        try:
+            evicted = await s00_cache.evict_for_feedback(gw, rid)
+        except Exception:  # noqa: BLE001 - the verdict is recorded; eviction is best effort
+            log.exception("feedback %s: cache eviction failed", rid)
     return _json({"object": "feedback", "request_id": rid, "pass": ev["pass"],
-                  "recorded_at": ev["at"]}, status=202)
+                  "recorded_at": ev["at"], "cache_evicted": evicted}, status=202)
 
 
 async def metrics(request: Request) -> Response:

@@ -7,14 +7,13 @@ first byte ends the stream with an error event and ``[DONE]``, never a silent cu
 from __future__ import annotations
 
 import logging
-import time
 from typing import AsyncIterator, Callable
 
 import anyio
 import orjson
 
+from app.cache.replay import assemble_stream
 from app.gateway import http1
-
 from app.gateway.context import RequestContext
 
 log = logging.getLogger(__name__)
@@ -29,27 +28,29 @@ def error_event(message: str, code: str, type_: str = "upstream_error") -> bytes
     return event({"error": {"message": message, "type": type_, "param": None, "code": code}})
 
 
-def _collect(acc: dict, chunk: dict) -> None:
-    acc.setdefault("id", chunk.get("id"))
-    acc.setdefault("model", chunk.get("model"))
-    acc.setdefault("created", chunk.get("created"))
-    for ch in chunk.get("choices") or []:
-        slot = acc.setdefault("choices", {}).setdefault(
-            ch.get("index", 0), {"index": ch.get("index", 0),
-                                 "message": {"role": "assistant", "content": ""},
-                                 "finish_reason": None})
-        delta = ch.get("delta") or {}
-        if delta.get("content"):
-            slot["message"]["content"] += delta["content"]
-        if ch.get("finish_reason"):
-            slot["finish_reason"] = ch["finish_reason"]
+def collected_response(chunks: list[dict], usage: dict) -> dict:
+    """The chat.completion a relayed stream amounts to (tool calls included)."""
+    resp = assemble_stream(chunks)
+    resp["usage"] = usage or None
+    return resp
 
 
-def collected_response(acc: dict, usage: dict) -> dict:
-    return {"id": acc.get("id"), "object": "chat.completion", "created": acc.get("created"),
-            "model": acc.get("model"),
-            "choices": [acc["choices"][i] for i in sorted(acc.get("choices") or {})],
-            "usage": usage or None}
+def _run_hooks(ctx: RequestContext, hooks: list, data: dict) -> dict | None:
+    """Each hook may rewrite or drop (None) the chunk; a failing hook is dropped from the
+    stream (the chunk passes on as it was) so the answer still reaches the client."""
+    for hook in list(hooks):
+        try:
+            out = hook.chunk(data)
+        except Exception:  # noqa: BLE001
+            log.exception("request %s: stream hook %s failed", ctx.request_id,
+                          type(hook).__name__)
+            hooks.remove(hook)
+            ctx.stage_errors.append(f"stream hook {type(hook).__name__} failed")
+            continue
+        if out is None:
+            return None
+        data = out
+    return data
 
 
 async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
@@ -57,12 +58,13 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
     """Stream the open upstream response in ``ctx`` to the client, then call ``on_done``."""
     resp: http1.Response = ctx.upstream_response
     want_usage = ctx.include_usage
-    collect: dict | None = {} if ctx.collect_stream else None
+    collect: list[dict] | None = [] if ctx.collect_stream else None
     buf = b""
     saw_done = False
     failed = False
     chunk = ctx.first_chunk
     it = resp.sluice_iter
+    hooks = list(ctx.stream_hooks)
     try:
         while True:
             if b"\r" in chunk:
@@ -77,6 +79,19 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                     if ev.startswith(b"data: [DONE]") or ev.startswith(b"data:[DONE]"):
                         saw_done = True
                         continue
+                    if hooks and ev.startswith(b"data:") and not ev.startswith(b'data: {"error"'):
+                        data = orjson.loads(ev[ev.index(b"{"):])
+                        if data.get("usage"):
+                            ctx.usage = data["usage"]
+                            if not want_usage and not data.get("choices"):
+                                continue
+                        data = _run_hooks(ctx, hooks, data)
+                        if data is None:
+                            continue
+                        if collect is not None:
+                            collect.append(data)
+                        out.append(event(data))
+                        continue
                     if b'"usage":{' in ev or b'"usage": {' in ev:
                         data = orjson.loads(ev[ev.index(b"{"):])
                         ctx.usage = data.get("usage") or ctx.usage
@@ -85,7 +100,7 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                     if ev.startswith(b'data: {"error"'):
                         ctx.status, ctx.error = 502, "upstream_stream_error"
                     elif collect is not None and ev.startswith(b"data:"):
-                        _collect(collect, orjson.loads(ev[ev.index(b"{"):]))
+                        collect.append(orjson.loads(ev[ev.index(b"{"):]))
                     out.append(ev + b"\n\n")
                 if out:
                     yield b"".join(out)
@@ -112,26 +127,13 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
     finally:
         if failed and ctx.gw is not None and ctx.tier:
             ctx.gw.metrics.stream_errors.labels(ctx.tier["name"]).inc()
+        for hook in hooks:
+            try:
+                hook.done()
+            except Exception:  # noqa: BLE001 - reporting only
+                log.exception("request %s: stream hook done() failed", ctx.request_id)
         if collect is not None and not failed and ctx.status == 200:
             ctx.collected = collected_response(collect, ctx.usage)
         on_done(ctx)
         with anyio.CancelScope(shield=True):
             await resp.aclose()
-
-
-async def replay(response: dict, include_usage: bool) -> AsyncIterator[bytes]:
-    """A complete chat.completion (a cache hit) as a chunk stream."""
-    base = {"id": response.get("id"), "object": "chat.completion.chunk",
-            "created": response.get("created") or int(time.time()),
-            "model": response.get("model")}
-    for ch in response.get("choices") or []:
-        msg = ch.get("message") or {}
-        yield event({**base, "choices": [{"index": ch.get("index", 0), "delta": {
-            "role": "assistant", "content": msg.get("content") or ""},
-            "logprobs": None, "finish_reason": None}]})
-        yield event({**base, "choices": [{"index": ch.get("index", 0), "delta": {},
-                                          "logprobs": None,
-                                          "finish_reason": ch.get("finish_reason") or "stop"}]})
-    if include_usage:
-        yield event({**base, "choices": [], "usage": response.get("usage")})
-    yield DONE

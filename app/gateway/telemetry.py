@@ -100,6 +100,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
     tier = ctx.tier or {}
     served = ctx.cache == "miss" and bool(tier)
     cost = request_cost(tier, prompt, cached, out) if served else Decimal(0)
+    cost += sum((Decimal(a["cost_usd"]) for a in ctx.attempts), Decimal(0))
     baseline = baseline_cost(ctx.snapshot.all_tiers, prompt, out)
     tier_name = tier.get("name", "") if served else ""
     computed = max(prompt - cached, 0)
@@ -128,6 +129,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
             "request_cost_usd": f"{cost:f}",
             "baseline_frontier_equivalent_cost_usd": f"{baseline:f}",
         },
+        "attempts": ctx.attempts,
         "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
                      "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
                                                           if k not in ("route_reason", "booked")}},

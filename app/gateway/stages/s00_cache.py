@@ -1,21 +1,148 @@
-"""S00_CACHE_PROBE: exact/semantic cache lookup. Not built yet: every request misses.
+"""S00_CACHE_PROBE: exact, then semantic cache lookup (``app.cache``).
 
-Interface for the cache: ``run`` either returns ``"S01_CASCADE_ROUTE"`` (miss) or sets
-``ctx.cache`` ("exact" | "semantic") and ``ctx.cached_response`` (an OpenAI chat
-completion dict) and returns ``"RESPOND"``; the gateway streams or returns it at cost 0.
-Set ``ctx.collect_stream = True`` to have streamed answers assembled for ``on_complete``.
+A hit sets ``ctx.cache`` ("exact" | "semantic") and ``ctx.cached_response`` and goes to
+RESPOND (cost 0); a miss goes on to S01 and, once the answer is complete,
+``on_complete`` stores it in the background. The store and the embedding are
+synchronous and CPU-bound, so they run in worker threads. The exact lookup runs
+before any embedding; the embedding (the one per request, ``ctx.embedding``) is made
+only for a semantic lookup, and the router reuses it.
+
+Nothing runs for a request that is not cacheable (cache off, temperature above the
+policy's bound, n > 1).
 """
 from __future__ import annotations
 
+import logging
+import threading
+from typing import Any
+
+import anyio
+
+from app.cache.keys import build_key, is_cacheable_request, is_cacheable_response
 from app.gateway.context import RequestContext
+
+log = logging.getLogger(__name__)
+SERVED_TTL_S = 8 * 86400  # how long feedback on a served hit can find its entry
+
+
+class GatewayCache:
+    """The worker's cache store (sync Redis client, Qdrant write-through), built lazily."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+        self._store = None
+        self._lock = threading.Lock()
+
+    @property
+    def store(self):
+        if self._store is None:
+            with self._lock:
+                if self._store is None:
+                    import redis
+
+                    from app.cache.store import CacheStore
+                    client = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
+                                                  socket_connect_timeout=1.0)
+                    self._store = CacheStore(client, self.config.get("REDIS_NAMESPACE", "sluice"),
+                                             qdrant_url=self.config.get("QDRANT_URL") or "",
+                                             qdrant_path=self.config.get("QDRANT_PATH") or "")
+        return self._store
+
+    def served_key(self, request_id: str) -> str:
+        return f"{self.config.get('REDIS_NAMESPACE', 'sluice')}:cache:served:{request_id}"
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store.redis.close()
+
+
+def warm() -> None:
+    """Load the embedding model (slow, seconds) so the first request does not wait."""
+    try:
+        from app.cache.embedding import get_model
+        get_model()
+    except Exception:  # noqa: BLE001 - a cold model is loaded on first use instead
+        log.exception("embedding model warm-up failed")
+
+
+def embedding(ctx: RequestContext):
+    """The request's one embedding, computed on first need (cache or router)."""
+    from app.cache.embedding import embed, semantic_text
+    if ctx.embedding is None:
+        text = ctx.cache_key.text if ctx.cache_key is not None else semantic_text(
+            ctx.body.get("messages") or [])
+        ctx.embedding = embed(text)
+    return ctx.embedding
+
+
+def _cacheable(ctx: RequestContext) -> bool:
+    return ctx.gw is not None and getattr(ctx.gw, "cache", None) is not None \
+        and is_cacheable_request(ctx.body, ctx.policy)
+
+
+def _probe(ctx: RequestContext, store):
+    """Runs in a worker thread: key, exact lookup, then embedding and semantic lookup."""
+    ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
+    threshold = float(ctx.policy.get("cache_similarity_threshold") or 0.965)
+    hit = store.lookup(key, None, threshold)
+    if hit is None:
+        hit = store.lookup(key, embedding(ctx), threshold)
+    return hit
+
+
+def _served(response: dict, request_id: str) -> dict:
+    return {**response, "id": f"chatcmpl-{request_id}"}
 
 
 async def run(ctx: RequestContext) -> str:
     ctx.cache = "miss"
-    return "S01_CASCADE_ROUTE"
+    if not _cacheable(ctx):
+        ctx.telemetry["cache_bypass"] = True
+        return "S01_CASCADE_ROUTE"
+    cache = ctx.gw.cache
+    ctx.collect_stream = True
+    hit = await anyio.to_thread.run_sync(_probe, ctx, cache.store)
+    if hit is None:
+        return "S01_CASCADE_ROUTE"
+    ctx.cache = hit.kind
+    ctx.cached_response = _served(hit.response, ctx.request_id)
+    ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
+                                  "similarity": round(hit.similarity, 5)}
+    await ctx.gw.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
+    try:
+        await ctx.gw.redis.set(cache.served_key(ctx.request_id), hit.request_id,
+                               ex=SERVED_TTL_S)
+    except Exception as exc:  # noqa: BLE001 - feedback on this hit then cannot evict it
+        log.warning("request %s: could not record the served hit: %s", ctx.request_id, exc)
+    return "RESPOND"
+
+
+def _store(ctx: RequestContext, store, response: dict) -> None:
+    if is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
+        store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
+                    int(ctx.policy.get("cache_ttl_s") or 0), ctx.workflow_signature or None)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
-    """Called after a successful upstream answer (``response`` is the completion dict;
-    None for a stream unless ``collect_stream`` was set). Write the cache here."""
-    return None
+    """After a successful upstream answer (the expanded completion dict, or the assembled
+    stream): store it when the request and the answer are cacheable. Runs after the
+    answer went out (a background task of the gateway)."""
+    if response is None or ctx.cache != "miss" or ctx.cache_key is None or ctx.status != 200:
+        return
+    await anyio.to_thread.run_sync(_store, ctx, ctx.gw.cache.store, response)
+
+
+async def evict_for_feedback(gw, request_id: str) -> bool:
+    """Feedback "fail" on ``request_id``: drop the entry it was served from (a hit) or
+    the entry its own answer became (a miss that was stored)."""
+    cache = getattr(gw, "cache", None)
+    if cache is None:
+        return False
+    source = None
+    try:
+        source = await gw.redis.get(cache.served_key(request_id))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("feedback: served-hit lookup failed: %s", exc)
+    target = source.decode() if isinstance(source, bytes) else (source or request_id)
+    return await anyio.to_thread.run_sync(cache.store.evict, target)
