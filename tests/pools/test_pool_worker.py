@@ -80,7 +80,9 @@ def _via_gateway(gateway, key: str, n: int) -> list[int]:
                                 "messages": [{"role": "system", "content": f"workflow {i}"},
                                              {"role": "user", "content": f"question {i}"}]})
         codes.append(resp.status_code)
-        assert resp.headers.get("x-sluice-tier") == "tier-1", resp.text
+        tier = resp.headers.get("x-sluice-tier")
+        assert tier == "tier-1", (resp.status_code, tier, dict(resp.headers), resp.text[:500],
+                                  gateway.log.name)
     return codes
 
 
@@ -119,8 +121,13 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
         assert sum(after_gw.values()) - sum(before.values()) >= 6  # the engines served them
 
         celery.send_task("pools.scrape", args=["local"], queue="pool.local")
-        pool_worker.wait_for(lambda: all(redis_client.exists(keys().k("replica", r.id, "stats"))
-                                         for r in replicas), 60, "live stats in Redis")
+        def scraped() -> bool:
+            db.session.expire_all()
+            rows = db.session.scalar(db.select(db.func.count(ReplicaMetric.id)).where(
+                ReplicaMetric.replica_id.in_([r.id for r in replicas])))
+            return rows >= 2 and all(redis_client.exists(keys().k("replica", r.id, "stats"))
+                                     for r in replicas)
+        pool_worker.wait_for(scraped, 60, "live stats in Redis and rows in SQL")
         stats = redis_client.hgetall(keys().k("replica", replicas[0].id, "stats"))
         assert float(stats[b"prefix_cache_queries"]) > 0
         assert redis_client.ttl(keys().k("replica", replicas[0].id, "stats")) > 0
