@@ -14,7 +14,8 @@ S03_LOCAL_PREFILL       any live replica, or escalate        S04_DECODE,        
 S04_DECODE              call upstream, fail over replicas    S05_KEY_EXPAND, RESPOND     S04_ESCALATE_TIER_UP
 S04_ESCALATE_TIER_UP    next allowed tier up (502/504 when   S03_PREFILL                 -
                         there is none)
-S05_KEY_EXPAND          expand minified keys                 RESPOND                     S98_ALERT_SCHEMA_ERR
+S05_KEY_EXPAND          expand minified keys; a schema       RESPOND, S04_DECODE         S98_ALERT_SCHEMA_ERR
+                        error retries once unminified
 S98_ALERT_SCHEMA_ERR    record the schema error, serve raw   RESPOND                     -
 ======================  ==================================  ==========================  =====================
 
@@ -65,7 +66,8 @@ TABLE: dict[str, State] = {
     "S04_DECODE": _s(s04_decode.run, "S05_KEY_EXPAND", RESPOND,
                      fallback="S04_ESCALATE_TIER_UP"),
     "S04_ESCALATE_TIER_UP": _s(s04_decode.escalate, "S03_PREFILL"),
-    "S05_KEY_EXPAND": _s(s05_expand.run, RESPOND, fallback="S98_ALERT_SCHEMA_ERR"),
+    "S05_KEY_EXPAND": _s(s05_expand.run, RESPOND, "S04_DECODE",
+                         fallback="S98_ALERT_SCHEMA_ERR"),
     "S98_ALERT_SCHEMA_ERR": _s(s05_expand.alert_schema_error, RESPOND),
 }
 

@@ -118,7 +118,7 @@ class World:
     def client(self, **kw):
         import openai
         return openai.OpenAI(base_url=self.base_url, api_key=kw.pop("api_key", self.key),
-                             max_retries=0, timeout=30, **kw)
+                             max_retries=0, timeout=kw.pop("timeout", 30), **kw)
 
     def wait_ledger(self, n: int) -> None:
         """Until the gateway has put ``n`` more events on the stream than at the start."""

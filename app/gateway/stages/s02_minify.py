@@ -1,16 +1,95 @@
-"""S02_SCHEMA_MINIFY: rewrite verbose JSON-schema keys to _c1.._cN before decode.
-Not built yet: both the stage and its fallback S02_PASSTHROUGH send the body as is.
-A minifier sets ``ctx.upstream_body`` and ``ctx.key_map`` (minified -> original) for S05."""
+"""S02_SCHEMA_MINIFY: rewrite verbose JSON-schema keys (``response_format`` and, with the
+policy's ``minify_tools``, tool parameters) to short one-token aliases before decode,
+and the instructions that mention them (``app.core.minify``).
+
+Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
+maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
+taken when there is nothing to minify) sends the body as is. The minifier and the
+tokenizer are CPU work (the first SmolLM2 tokenizer load takes seconds), so they run in
+a worker thread; tokenizers are cached per process.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
 
 from app.gateway.context import RequestContext
 
+REFERENCE_ENGINE = "reference"
+
+
+@dataclass
+class MinifyState:
+    keymap: Any                       # KeyMap of response_format (None: tools only)
+    schema: dict | None               # the minified JSON schema the upstream must follow
+    tool_maps: dict = field(default_factory=dict)   # function name -> KeyMap
+    tokenizer: str = ""
+    original_body: dict = field(default_factory=dict)
+
+
+def tokenizer_name(ctx: RequestContext) -> str:
+    """Token counter for the tier: the reference engine runs SmolLM2, external tiers
+    count as cl100k, other pools by their model name."""
+    from app.minify.tokens import SMOLLM2, tokenizer_for_model
+    tier = ctx.tier or {}
+    if tier.get("upstream_kind") != "pool":
+        return "cl100k_base"
+    pool = ctx.snapshot.pools.get(str(tier.get("pool_id"))) or {}
+    if pool.get("engine") == REFERENCE_ENGINE:
+        return SMOLLM2
+    return tokenizer_for_model(pool.get("model") or tier.get("model") or "")
+
+
+def _wants(ctx: RequestContext) -> bool:
+    if not ctx.policy.get("minify_enabled", True):
+        return False
+    rf = ctx.body.get("response_format")
+    if isinstance(rf, dict) and rf.get("type") == "json_schema":
+        return True
+    return bool(ctx.policy.get("minify_tools") and ctx.body.get("tools"))
+
+
+def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
+    from app.core.minify import minify_response_format, minify_tools, rewrite_messages
+    from app.minify.tokens import get_counter
+    counter = get_counter(name)
+    body = dict(ctx.body)
+    keymap = schema = None
+    res = minify_response_format(body.get("response_format"), tokenizer=counter)
+    if res is not None:
+        new_rf, keymap = res
+        body["response_format"] = new_rf
+        body["messages"] = rewrite_messages(body["messages"], keymap)
+        schema = new_rf["json_schema"]["schema"]
+    tool_maps: dict = {}
+    if ctx.policy.get("minify_tools") and isinstance(body.get("tools"), list):
+        body["tools"], tool_maps = minify_tools(body["tools"], tokenizer=counter)
+    if keymap is None and not tool_maps:
+        return None
+    ctx.upstream_body = body
+    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body)
+
 
 async def run(ctx: RequestContext) -> str:
-    return await passthrough(ctx)
+    if not _wants(ctx):
+        return await passthrough(ctx)
+    state = await anyio.to_thread.run_sync(_minify, ctx, tokenizer_name(ctx))
+    if state is None:
+        return await passthrough(ctx)
+    ctx.minify = state
+    ctx.key_map = state.keymap
+    ctx.telemetry["minify"] = {
+        "tokenizer": state.tokenizer,
+        "aliases": {o if p in ("", "$") else f"{p}.{o}": a
+                    for p, o, a in (state.keymap.renames if state.keymap else ())[:50]},
+        "tools": sorted(state.tool_maps)}
+    return "S03_PREFILL"
 
 
 async def passthrough(ctx: RequestContext) -> str:
     ctx.upstream_body = ctx.body
     ctx.key_map = None
+    ctx.minify = None
     return "S03_PREFILL"

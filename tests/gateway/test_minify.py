@@ -1,0 +1,70 @@
+"""S02/S05 through the gateway with a fake upstream that ignores the schema (it echoes),
+so every answer fails validation: the S98 paths, retry and mark."""
+from __future__ import annotations
+
+import httpx
+import orjson
+
+from tests.gateway.conftest import make_world
+
+SCHEMA = {"type": "object", "properties": {"customer_full_name": {"type": "string"},
+                                           "invoice_total_amount": {"type": "number"}},
+          "required": ["customer_full_name", "invoice_total_amount"],
+          "additionalProperties": False}
+FMT = {"type": "json_schema", "json_schema": {"name": "inv", "schema": SCHEMA}}
+MSGS = [{"role": "system", "content": "Return customer_full_name and invoice_total_amount."},
+        {"role": "user", "content": "invoice for Ada Lovelace 12 EUR"}]
+
+
+def _last_body(replica) -> dict:
+    return httpx.get(replica.url + "/stats").json()["last_body"]
+
+
+def _world(app, gateway, fake_replicas, frontier, **policy):
+    return make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=policy)
+
+
+def test_schema_error_retries_once_with_the_original_body(app, gateway, fake_replicas, frontier):
+    w = _world(app, gateway, fake_replicas, frontier)
+    resp = w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
+    assert resp.choices[0].message.content == "Echo: invoice for Ada Lovelace 12 EUR"
+    sent = _last_body(fake_replicas[0])
+    assert sent["response_format"] == FMT and sent["messages"][0] == MSGS[0]  # the retry
+    row = w.drain_rows(1)[0]
+    assert [a["reason"] for a in row.payload["attempts"]] == ["schema_retry"]
+    first = row.payload["attempts"][0]
+    assert first["completion_tokens"] > 0
+    assert row.cost_usd > 0 and row.payload["pipeline"]["schema_error"] is True
+    assert "S98_ALERT_SCHEMA_ERR" in row.payload["pipeline"]["states"]
+
+
+def test_mark_serves_best_effort_with_marker_streamed_and_not(app, gateway, fake_replicas,
+                                                              frontier):
+    w = _world(app, gateway, fake_replicas, frontier, schema_error_action="mark")
+    auth = {"authorization": f"Bearer {w.key}"}
+    r = httpx.post(w.base_url + "/chat/completions", headers=auth, timeout=30,
+                   json={"model": "tier-1", "messages": MSGS, "response_format": FMT})
+    body = r.json()
+    assert body["sluice_schema_error"]["code"] == "S98_ALERT_SCHEMA_ERR"
+    assert body["sluice_schema_error"]["best_effort"] is True
+    sent = _last_body(fake_replicas[0])
+    props = sent["response_format"]["json_schema"]["schema"]["properties"]
+    assert "customer_full_name" not in props and len(props) == 2  # the upstream saw aliases
+    assert "customer_full_name" not in sent["messages"][0]["content"]
+
+    with httpx.stream("POST", w.base_url + "/chat/completions", headers=auth, timeout=30,
+                      json={"model": "tier-1", "messages": MSGS, "response_format": FMT,
+                            "stream": True}) as s:
+        events = [e for e in s.read().split(b"\n\n") if e]
+    assert events[-1] == b"data: [DONE]"
+    chunks = [orjson.loads(e[6:]) for e in events[:-1]]
+    final = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert final and final[-1]["sluice_schema_error"]["code"] == "S98_ALERT_SCHEMA_ERR"
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Echo: invoice for Ada Lovelace 12 EUR"
+
+
+def test_minify_off_passes_the_schema_through(app, gateway, fake_replicas, frontier):
+    w = _world(app, gateway, fake_replicas, frontier, minify_enabled=False)
+    w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
+    assert _last_body(fake_replicas[0])["response_format"] == FMT
