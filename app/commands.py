@@ -96,3 +96,30 @@ def init_command(email: str | None) -> None:
             password = None
     publish_after_commit()
     click.echo(f"admin {email} created; sign in at /login")
+
+
+class SystemActor:
+    """The actor for changes made by the system itself (boot scripts), audited as "system"."""
+
+    id = None
+    email = "system"
+    role = "admin"
+    tenant_id = None
+
+    def can(self, permission: str, tenant_id: int | None = None) -> bool:
+        return True
+
+    def sees_tenant(self, tenant_id: int | None) -> bool:
+        return True
+
+
+@sluice_cli.command("start-pools")
+def start_pools_command() -> None:
+    """Queue a start of every pool's wanted replicas on its node's worker queue."""
+    from app.catalog.models import Pool
+    from app.pools.service import request_pool_action
+
+    for pool in db.session.scalars(db.select(Pool).order_by(Pool.id)):
+        started = request_pool_action(SystemActor(), pool.id, "start")
+        click.echo(f"pool {pool.name}: start queued for {len(started)} replica(s) "
+                   f"on pool.{pool.node}")

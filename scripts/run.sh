@@ -27,6 +27,12 @@ fi
 .venv/bin/celery -A workers.celery_app worker -B -Q "default,pool.${SLUICE_NODE:-local}" \
   --concurrency 2 --loglevel INFO >var/log/worker.log 2>&1 &
 pids+=($!)
+.venv/bin/flask --app wsgi sluice start-pools
+# Tier 3 is an external OpenAI-compatible frontier API; on embedded defaults a reference
+# engine on :8530 stands in for it (set the tier's endpoint to a real one in the console).
+.venv/bin/python -m app.engine --model smollm2 --served-model-name frontier --host 127.0.0.1 \
+  --port 8530 >var/log/frontier-standin.log 2>&1 &
+pids+=($!)
 if [ -f app/gateway/asgi.py ]; then
   .venv/bin/gunicorn -k uvicorn.workers.UvicornWorker -w 2 -b 127.0.0.1:8400 \
     'app.gateway.asgi:create_gateway()' >var/log/gateway.log 2>&1 &
