@@ -25,6 +25,7 @@ from app.gateway.snapshot import SnapshotStore
 from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
 from app.gateway.upstream import Upstream
+from app.routing.load import DEFAULT_TTL_S, AsyncInflightTracker
 from app.redis_client import Keys
 
 log = logging.getLogger(__name__)
@@ -56,19 +57,53 @@ class Gateway:
                                        self.keys.k("snapshot", "data"), self.poll_s)
         self.limiter = RateLimiter(self.redis, self.keys)
         self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"])
+        self.inflight = AsyncInflightTracker(self.redis, self.keys)
         self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
         await self.snapshots.refresh()
         if self.config.get("GATEWAY_CACHE_WARM"):
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
-                       asyncio.create_task(self.ledger.run())]
+                       asyncio.create_task(self.ledger.run()),
+                       asyncio.create_task(self._refresh_inflight())]
 
     async def _on_tick(self) -> None:
         if self.snapshots.current is not None:
             self.metrics.snapshot_version.set(self.snapshots.current.version)
         if self.ledger.queue:
             self.ledger._wake.set()
+
+    async def _refresh_inflight(self) -> None:
+        """Keep this process's in-flight counts alive for readers (they expire after
+        the tracker's TTL, so a crashed gateway's load disappears)."""
+        while True:
+            await asyncio.sleep(DEFAULT_TTL_S / 3)
+            if self.inflight.local:
+                try:
+                    await self.inflight.refresh()
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("in-flight refresh failed: %s", exc)
+
+    async def track_replica(self, ctx: RequestContext, replica_id) -> None:
+        """Count ``ctx`` in flight on ``replica_id`` (releasing a previous replica of a
+        failover); ``book`` releases it. Redis out: counted locally, written later."""
+        await self.untrack_replica(ctx)
+        if replica_id is None:
+            return
+        ctx.inflight_replica = replica_id
+        try:
+            await self.inflight.acquire(replica_id)
+        except Exception as exc:  # noqa: BLE001 - load is advisory
+            log.debug("in-flight acquire failed: %s", exc)
+
+    async def untrack_replica(self, ctx: RequestContext) -> None:
+        rid, ctx.inflight_replica = ctx.inflight_replica, None
+        if rid is None:
+            return
+        try:
+            await self.inflight.release(rid)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("in-flight release failed: %s", exc)
 
     async def stop(self) -> None:
         for t in self._tasks:
@@ -94,6 +129,8 @@ class Gateway:
             self.ledger.submit(finish(ctx, self.metrics))
         except Exception:  # noqa: BLE001 - accounting bugs must not fail the answer
             log.exception("request %s: telemetry failed", ctx.request_id)
+        if ctx.inflight_replica is not None:
+            self.spawn(self.untrack_replica(ctx))
         if ctx.budget_reserved is not None:
             actual = ctx.telemetry.get("cost_usd") or 0
             reserved, ctx.budget_reserved = ctx.budget_reserved, None

@@ -45,6 +45,8 @@ class RequestContext:
     router_score: float | None = None
     tier: dict | None = None
     replica: dict | None = None
+    routing_key: str | None = None          # S03's rendezvous key (session or static prefix)
+    inflight_replica: Any = None            # replica id counted in flight (released on book)
     failed_replicas: set = field(default_factory=set)
     escalated: bool = False
     margin: float | None = None

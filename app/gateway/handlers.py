@@ -83,7 +83,7 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
     sig, name = workflow_signature(tenant["id"], body, headers.get("x-sluice-workflow"))
     session = None
     if policy.get("session_key") in ("header", "both"):
-        session = headers.get("x-sluice-session")
+        session = headers.get("x-sluice-session") or headers.get("x-session-id")
     if session is None and policy.get("session_key") in ("user", "both"):
         session = body.get("user") if isinstance(body.get("user"), str) else None
     opts = body.get("stream_options") or {}

@@ -59,10 +59,5 @@ def test_losing_two_of_four_replicas(drill_result):
     assert r["sessions_moved"] >= r["sessions_on_dead_replicas"]
     after = [t["hit_rate"] for t in r["turns"] if t["after_loss"]]
     assert after[-1] > after[0]                     # moved sessions rebuild their history
-    # Only the dead replicas' sessions may move. That needs S03 to pick by rendezvous
-    # hashing; until the gateway calls pick_replica this part is an expected failure.
-    from app.gateway.stages import s03_prefill
-    if not hasattr(s03_prefill, "pick_replica") and r["sessions_moved_from_live_replicas"]:
-        pytest.xfail(f"gateway S03 does not use pick_replica yet: "
-                     f"{r['sessions_moved_from_live_replicas']} live-replica sessions moved")
+    # Only the dead replicas' sessions may move: S03 picks by rendezvous hashing.
     assert r["sessions_moved_from_live_replicas"] == 0, r

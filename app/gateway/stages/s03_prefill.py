@@ -1,26 +1,79 @@
 """S03_PREFILL: choose the replica of the tier's pool that serves the request.
 
-``pick(ctx, replicas)`` is the replaceable policy (prefix affinity now; rendezvous with
-bounded load later). Fallback S03_LOCAL_PREFILL takes any live replica without
+Weighted rendezvous hashing with bounded load (``app.core.rendezvous``): the key is the
+session id (header ``X-Sluice-Session`` / ``X-Session-Id`` or the OpenAI ``user``, per
+the policy's ``session_key``), else a hash of the static prefix (leading system
+messages + tools, cut to ``prefix_key_tokens``), salted with the tenant's cache salt
+when the policy isolates its prefix cache. Live loads (in-flight counts of every
+gateway + scraped ``num_requests_waiting``) come from Redis (``app.routing.load``); with
+Redis out the choice is plain rendezvous. A failover before the first byte takes the
+next replica in HRW order. Fallback S03_LOCAL_PREFILL takes any live replica without
 affinity, or escalates when the tier has none left.
 """
 from __future__ import annotations
 
-import hashlib
+import logging
 
-from app.core.workflow import static_system_prompt
+import orjson
+
+from app.core.rendezvous import ReplicaView, affinity_key, hrw_order, pick_replica
 from app.gateway.context import RequestContext
+from app.routing.load import cache_salt_for, read_loads_async
+
+log = logging.getLogger(__name__)
+PREFIX_CHOICES = 2  # a static prefix is cheap to hold twice: spread over the top two
 
 
-def prefix_key(ctx: RequestContext) -> str:
-    return f"{ctx.tenant['id']}:{ctx.session_id or ''}:{static_system_prompt(ctx.body['messages'])}"
+def _text(content) -> str:
+    if isinstance(content, list):
+        return " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def static_prefix(body: dict) -> str:
+    """What every request of the kind shares at the start of the prompt: the leading
+    system/developer messages and the tool definitions."""
+    parts = []
+    for m in body.get("messages") or []:
+        if m.get("role") not in ("system", "developer"):
+            break
+        parts.append(_text(m.get("content")))
+    if body.get("tools"):
+        parts.append(orjson.dumps(body["tools"], option=orjson.OPT_SORT_KEYS).decode())
+    return "\n".join(parts)
+
+
+def salt(ctx: RequestContext) -> str | None:
+    """The tenant's engine cache salt when its policy isolates the prefix cache."""
+    secret = ""
+    if ctx.gw is not None:
+        secret = ctx.gw.config.get("CACHE_SALT_SECRET") or ctx.gw.config.get("SECRET_KEY") or ""
+    return cache_salt_for(ctx.policy, ctx.tenant["id"], secret or "sluice")
+
+
+def routing_key(ctx: RequestContext) -> str:
+    if ctx.routing_key is None:
+        ctx.routing_key = affinity_key(
+            ctx.session_id, static_prefix(ctx.body) or None,
+            int(ctx.policy.get("prefix_key_tokens") or 4500), salt=salt(ctx) or "",
+            fallback=ctx.request_id)
+    return ctx.routing_key
+
+
+def _views(replicas: list[dict]) -> tuple[list[ReplicaView], dict]:
+    by_id = {}
+    views = []
+    for r in replicas:
+        rid = r.get("id") if r.get("id") is not None else r["url"]
+        by_id[rid] = r
+        views.append(ReplicaView(id=rid, url=r["url"], weight=float(r.get("weight") or 1.0)))
+    return views, by_id
 
 
 def pick(ctx: RequestContext, replicas: list[dict]) -> dict:
-    """Stable choice by hash of the static prefix, over replicas sorted by id."""
-    ordered = sorted(replicas, key=lambda r: (r.get("id") or 0, r["url"]))
-    h = int.from_bytes(hashlib.blake2b(prefix_key(ctx).encode(), digest_size=8).digest(), "big")
-    return ordered[h % len(ordered)]
+    """The first of ``replicas`` in the request's HRW order (failover: the next one)."""
+    views, by_id = _views(replicas)
+    return by_id[hrw_order(routing_key(ctx), views)[0].id]
 
 
 def external_replica(tier: dict) -> dict:
@@ -47,11 +100,31 @@ class NoReplica(RuntimeError):
     pass
 
 
+async def _loads(ctx: RequestContext, ids: list) -> dict:
+    gw = ctx.gw
+    if gw is None or len(ids) < 2:
+        return {}
+    try:
+        return await read_loads_async(gw.redis, ids, gw.keys)
+    except Exception as exc:  # noqa: BLE001 - Redis out: rendezvous without load
+        log.debug("replica loads unavailable: %s", exc)
+        return {}
+
+
 async def run(ctx: RequestContext) -> str:
     reps = live_replicas(ctx, healthy_only=True)
     if not reps:
         raise NoReplica(f"no healthy replica for tier {ctx.tier['name']}")
-    ctx.replica = pick(ctx, reps)
+    if len(reps) == 1:
+        ctx.replica = reps[0]
+        return "S04_DECODE"
+    views, by_id = _views(reps)
+    loads = await _loads(ctx, [v.id for v in views])
+    choice = pick_replica(routing_key(ctx), views, loads,
+                          float(ctx.policy.get("bounded_load_factor") or 1.25),
+                          choices=1 if ctx.session_id else PREFIX_CHOICES)
+    ctx.replica = by_id[choice.id]
+    ctx.telemetry["replica_load"] = {str(k): v for k, v in loads.items()} if loads else None
     return "S04_DECODE"
 
 

@@ -20,8 +20,10 @@ def upstream_body(ctx: RequestContext) -> dict:
     if ctx.stream:
         # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
-    if ctx.tier.get("upstream_kind") == "pool" and ctx.policy.get("cache_salt"):
-        body["cache_salt"] = f"tenant-{ctx.tenant['id']}"
+    if ctx.tier.get("upstream_kind") == "pool":
+        salt = s03_prefill.salt(ctx)
+        if salt:
+            body["cache_salt"] = salt
     return body
 
 
@@ -29,6 +31,7 @@ async def _attempt(ctx: RequestContext) -> None:
     gw, tier, replica = ctx.gw, ctx.tier, ctx.replica
     headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
                                        gw.upstream.api_key(tier))
+    await gw.track_replica(ctx, replica.get("id"))
     resp = await gw.upstream.open(chat_url(replica["url"]), headers, upstream_body(ctx),
                                   float(tier.get("timeout_s") or 60.0), ctx.stream)
     ctx.ttft_ms = ctx.elapsed_ms()
