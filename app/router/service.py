@@ -17,6 +17,7 @@ from flask import current_app
 
 from app.audit.service import record
 from app.core import router_model as rm
+from app.core.router_features import EMBEDDING_DIM, feature_dim
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.models_base import utcnow
@@ -108,7 +109,9 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
         log.info("router %s: not enough labels (%s)", scope,
                  {r: len(sets[r][1]) if r in sets else 0 for r in ranks})
         return None
-    params = fit_router(sets, fallback_rank=N_TIERS)
+    dim = len(next(iter(sets.values()))[0][0])
+    params = fit_router(sets, fallback_rank=N_TIERS,
+                        raw_dims=EMBEDDING_DIM if dim == feature_dim() else 0)
     held_sets = ev.training_sets(test, ranks, N_TIERS)
     X, labels, costs = ev.evaluation_arrays(test, prices, N_TIERS)
     report = ev.curve_report(params, X, labels, costs, target)

@@ -20,11 +20,11 @@ from sklearn.model_selection import StratifiedKFold
 from app.core.router_model import PARAMS_FORMAT
 
 
-C_GRID = (0.003, 0.01, 0.03, 0.1, 0.3, 1.0)
+C_GRID = (0.01, 0.1, 1.0)
 
 
 def _lr(C: float) -> LogisticRegression:
-    return LogisticRegression(C=C, class_weight="balanced", max_iter=2000)
+    return LogisticRegression(C=C, class_weight="balanced", max_iter=1000)
 
 
 def _constant_tier(rank: int, dim: int, rate: float) -> dict:
@@ -34,8 +34,13 @@ def _constant_tier(rank: int, dim: int, rate: float) -> dict:
 
 
 def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "isotonic",
-             folds: int = 5, Cs: Sequence[float] = C_GRID, seed: int = 0) -> dict:
-    """One tier's exported params (coef, intercept, calibration map over the raw score)."""
+             folds: int = 5, Cs: Sequence[float] = C_GRID, seed: int = 0,
+             raw_dims: int = 0) -> dict:
+    """One tier's exported params (coef, intercept, calibration map over the raw score).
+
+    The first ``raw_dims`` columns are centred but not scaled: a unit-length embedding's
+    384 small coordinates then cost more L2 weight than the few structural features, so
+    the embedding cannot drown them with noise."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=int)
     n_min = int(min(y.sum(), len(y) - y.sum()))
@@ -45,6 +50,7 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
     mean = X.mean(axis=0)
     scale = X.std(axis=0)
     scale[scale < 1e-6] = 1.0
+    scale[:raw_dims] = 1.0
     Xs = (X - mean) / scale
     skf = StratifiedKFold(n_splits=max(2, min(folds, n_min)), shuffle=True, random_state=seed)
     splits = list(skf.split(Xs, y))
@@ -77,9 +83,9 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
 
 
 def fit_router(per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]], *, fallback_rank: int = 3,
-               calibration: str = "isotonic", seed: int = 0) -> dict:
+               calibration: str = "isotonic", seed: int = 0, raw_dims: int = 0) -> dict:
     """Params for every cheaper tier: ``per_tier`` maps rank -> (X, y) of its labelled rows."""
-    tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed)
+    tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed, raw_dims=raw_dims)
              for rank, (X, y) in sorted(per_tier.items())]
     dims = {len(t["coef"]) for t in tiers}
     if len(dims) != 1:
