@@ -160,3 +160,17 @@ def test_route_batch_matches_route():
     chosen = rm.route_batch(Q, [1, 2], TAUS, 3)
     assert chosen.tolist() == [1, 1, 2, 3]
     assert rm.decide({1: 0.85, 2: 0.1}, TAUS, 3) == 1
+
+
+def test_unscaled_leading_block_is_regularised_harder():
+    rng = np.random.default_rng(4)
+    X, y = synthetic(1500, 5)
+    noise = rng.normal(0, 0.05, size=(1500, 50))  # an "embedding" block of small pure noise
+    Xn = np.hstack([noise, X])
+    scaled = fit_tier(Xn, y, rank=1)
+    raw = fit_tier(Xn, y, rank=1, raw_dims=50)
+    # weight mass on the noise block relative to its scale, per model
+    def noise_share(t):
+        w = np.abs(np.array(t["coef"]))
+        return (w[:50] * 0.05).sum() / ((w[:50] * 0.05).sum() + (w[50:] * X.std(0)).sum())
+    assert noise_share(raw) < noise_share(scaled) / 2
