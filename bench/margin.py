@@ -91,6 +91,23 @@ def ask(client: httpx.Client, url: str, item: dict) -> dict:
     return r.json()
 
 
+def measure(resp: dict, item: dict, window: int) -> dict:
+    lps = logprob_items(resp)
+    text = resp["choices"][0]["message"]["content"] or ""
+    try:
+        answer = json.loads(text).get("answer", "")
+    except (ValueError, AttributeError):
+        answer = ""
+    mask = value_token_mask([x["token"] for x in lps])
+    mon = MarginMonitor(gamma=0.0, window_tokens=window, schema=True)
+    mon.feed(lps)
+    return {"id": item["id"], "field": item["field"], "gold": item["gold"], "answer": answer,
+            "correct": correct(answer, item),
+            "margin_window": mon.margin if mon.value_tokens else margin(lps),
+            "margin_values": margin(lps, mask), "margin_all": margin(lps),
+            "value_tokens": sum(mask), "tokens": len(lps)}
+
+
 def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Probability a random correct item has a higher margin than a random wrong one."""
     pos, neg = scores[labels == 1], scores[labels == 0]
@@ -106,7 +123,9 @@ def main() -> int:
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--window", type=int, default=12, help="policy margin_window_tokens")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", help="write per-item results (JSONL) here")
+    ap.add_argument("--out", help="per-item results (JSONL), appended as they come; a rerun "
+                                  "with the same file resumes")
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
     args = ap.parse_args()
     items = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     if args.limit:
@@ -115,28 +134,31 @@ def main() -> int:
     url = args.url
     if not url:
         proc, url = start_engine(args.threads)
-    rows = []
+    rows, failed = [], 0
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists():  # resume: keep what an earlier run measured
+        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    done = {r["id"] for r in rows}
     t0 = time.perf_counter()
     try:
-        with httpx.Client(timeout=120) as client:
-            for it in items:
-                resp = ask(client, url, it)
-                lps = logprob_items(resp)
-                text = resp["choices"][0]["message"]["content"] or ""
+        with httpx.Client(timeout=httpx.Timeout(args.timeout, connect=5)) as client:
+            for n, it in enumerate(items):
+                if it["id"] in done:
+                    continue
                 try:
-                    answer = json.loads(text).get("answer", "")
-                except (ValueError, AttributeError):
-                    answer = ""
-                mask = value_token_mask([x["token"] for x in lps])
-                mon = MarginMonitor(gamma=0.0, window_tokens=args.window, schema=True)
-                mon.feed(lps)
-                mon.finish()
-                rows.append({"id": it["id"], "field": it["field"], "gold": it["gold"],
-                             "answer": answer, "correct": correct(answer, it),
-                             "margin_window": mon.margin if mon.value_tokens else
-                             margin(lps), "margin_values": margin(lps, mask),
-                             "margin_all": margin(lps), "value_tokens": sum(mask),
-                             "tokens": len(lps)})
+                    resp = ask(client, url, it)
+                except httpx.HTTPError as exc:
+                    failed += 1
+                    print(f"{it['id']}: {type(exc).__name__}, skipped", file=sys.stderr, flush=True)
+                    continue
+                row = measure(resp, it, args.window)
+                rows.append(row)
+                if out is not None:
+                    with out.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                if n % 20 == 0:
+                    print(f"{n}/{len(items)} items, {time.perf_counter() - t0:.0f} s",
+                          file=sys.stderr, flush=True)
     finally:
         if proc is not None:
             proc.terminate()
@@ -145,8 +167,8 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     elapsed = time.perf_counter() - t0
-    if args.out:
-        Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    if failed:
+        print(f"{failed} items failed (timeouts) and are not counted")
     report(rows, args.window, elapsed, url if args.url else "started python -m app.engine")
     return 0
 
