@@ -15,8 +15,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
         "--disable-component-update", "--disable-sync"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Module-scoped: Playwright's sync API keeps an event loop running in this thread
+    while open, which would break later tests that call asyncio.run()."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} missing: run scripts/setup.sh (installs Debian's chromium)")
     sync_api = pytest.importorskip("playwright.sync_api")
