@@ -12,6 +12,8 @@ import logging
 import threading
 from typing import Any
 
+import anyio
+import redis
 import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.routing import Route
@@ -25,6 +27,7 @@ from app.gateway.snapshot import SnapshotStore
 from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
 from app.gateway.upstream import Upstream
+from app.router.published import PublishedRouters
 from app.routing.load import DEFAULT_TTL_S, AsyncInflightTracker
 from app.redis_client import Keys
 
@@ -47,6 +50,8 @@ class Gateway:
         self.ledger: LedgerWriter | None = None
         self.upstream: Upstream | None = None
         self.cache = s00_cache.GatewayCache(config)
+        self.routers = PublishedRouters()   # S01's active router per scope
+        self._router_redis = None           # sync client: PublishedRouters.refresh is sync
         self._tasks: list[asyncio.Task] = []
         self._hooks: set[asyncio.Task] = set()
 
@@ -61,15 +66,28 @@ class Gateway:
         self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
         await self.snapshots.refresh()
+        self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
+                                                  socket_connect_timeout=1.0)
+        await self.refresh_routers()
         if self.config.get("GATEWAY_CACHE_WARM"):
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run()),
                        asyncio.create_task(self._refresh_inflight())]
 
+    async def refresh_routers(self) -> None:
+        """Reload the published routers when their version moved (one GET otherwise);
+        on failure the routers in hand stay in service."""
+        try:
+            await anyio.to_thread.run_sync(self.routers.refresh, self._router_redis,
+                                           self.keys.ns)
+        except Exception as exc:  # noqa: BLE001 - S01 keeps the last routers
+            log.warning("router refresh failed: %s", exc)
+
     async def _on_tick(self) -> None:
         if self.snapshots.current is not None:
             self.metrics.snapshot_version.set(self.snapshots.current.version)
+        await self.refresh_routers()
         if self.ledger.queue:
             self.ledger._wake.set()
 
@@ -120,6 +138,8 @@ class Gateway:
                       len(self.ledger.queue), exc)
         await self.upstream.aclose()
         await self.redis.aclose()
+        if self._router_redis is not None:
+            self._router_redis.close()
         self.cache.close()
 
     def book(self, ctx: RequestContext) -> None:

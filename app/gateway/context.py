@@ -42,7 +42,8 @@ class RequestContext:
     cached_response: dict | None = None
     collect_stream: bool = False            # a stage wants the streamed answer assembled
     collected: dict | None = None           # ... which the relay puts here
-    router_score: float | None = None
+    router_score: float | None = None      # 1 - q of the cheapest tier (S01's router)
+    router_features: Any = None             # S01's feature vector (a training trace)
     tier: dict | None = None
     replica: dict | None = None
     routing_key: str | None = None          # S03's rendezvous key (session or static prefix)

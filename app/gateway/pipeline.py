@@ -4,14 +4,18 @@
 state                   does                                 may go to                   on exception
 ======================  ==================================  ==========================  =====================
 S00_CACHE_PROBE         exact / semantic cache lookup        S01_CASCADE_ROUTE, RESPOND  S01_CASCADE_ROUTE
-S01_CASCADE_ROUTE       choose the tier                      S02_SCHEMA_MINIFY           S01_DEFAULT_TIER2
+S01_CASCADE_ROUTE       choose the tier (calibrated router   S02_SCHEMA_MINIFY,          S01_DEFAULT_TIER2
+                        for ``auto``)                        S01_DEFAULT_TIER2
 S01_DEFAULT_TIER2       tier 2 (or the requested tier)       S02_SCHEMA_MINIFY           -
 S02_SCHEMA_MINIFY       minify JSON-schema keys              S03_PREFILL                 S02_PASSTHROUGH
 S02_PASSTHROUGH         send the body unchanged              S03_PREFILL                 -
 S03_PREFILL             pick a replica (prefix affinity)     S04_DECODE                  S03_LOCAL_PREFILL
 S03_LOCAL_PREFILL       any live replica, or escalate        S04_DECODE,                 -
                                                              S04_ESCALATE_TIER_UP
-S04_DECODE              call upstream, fail over replicas    S05_KEY_EXPAND, RESPOND     S04_ESCALATE_TIER_UP
+S04_DECODE              call upstream, fail over replicas;   S05_KEY_EXPAND, RESPOND,    S04_ESCALATE_TIER_UP
+                        logprob-margin check (tier 1/2)      S04_MARGIN_ESCALATE
+S04_MARGIN_ESCALATE     low margin: book the attempt, next   S03_PREFILL                 -
+                        tier up
 S04_ESCALATE_TIER_UP    next allowed tier up (502/504 when   S03_PREFILL                 -
                         there is none)
 S05_KEY_EXPAND          expand minified keys; a schema       RESPOND, S04_DECODE         S98_ALERT_SCHEMA_ERR
@@ -57,14 +61,16 @@ def _s(run, *nxt: str, fallback: str | None = None) -> State:
 TABLE: dict[str, State] = {
     "S00_CACHE_PROBE": _s(s00_cache.run, "S01_CASCADE_ROUTE", RESPOND,
                           fallback="S01_CASCADE_ROUTE"),
-    "S01_CASCADE_ROUTE": _s(s01_route.run, "S02_SCHEMA_MINIFY", fallback="S01_DEFAULT_TIER2"),
+    "S01_CASCADE_ROUTE": _s(s01_route.run, "S02_SCHEMA_MINIFY", "S01_DEFAULT_TIER2",
+                            fallback="S01_DEFAULT_TIER2"),
     "S01_DEFAULT_TIER2": _s(s01_route.default_tier2, "S02_SCHEMA_MINIFY"),
     "S02_SCHEMA_MINIFY": _s(s02_minify.run, "S03_PREFILL", fallback="S02_PASSTHROUGH"),
     "S02_PASSTHROUGH": _s(s02_minify.passthrough, "S03_PREFILL"),
     "S03_PREFILL": _s(s03_prefill.run, "S04_DECODE", fallback="S03_LOCAL_PREFILL"),
     "S03_LOCAL_PREFILL": _s(s03_prefill.local_prefill, "S04_DECODE", "S04_ESCALATE_TIER_UP"),
-    "S04_DECODE": _s(s04_decode.run, "S05_KEY_EXPAND", RESPOND,
+    "S04_DECODE": _s(s04_decode.run, "S05_KEY_EXPAND", RESPOND, "S04_MARGIN_ESCALATE",
                      fallback="S04_ESCALATE_TIER_UP"),
+    "S04_MARGIN_ESCALATE": _s(s04_decode.margin_escalate, "S03_PREFILL"),
     "S04_ESCALATE_TIER_UP": _s(s04_decode.escalate, "S03_PREFILL"),
     "S05_KEY_EXPAND": _s(s05_expand.run, RESPOND, "S04_DECODE",
                          fallback="S98_ALERT_SCHEMA_ERR"),

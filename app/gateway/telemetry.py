@@ -57,7 +57,8 @@ class GatewayMetrics:
 
     def observe(self, tier: str, cache: str, status: int, latency_s: float,
                 ttft_s: float | None, tokens: tuple[int, int, int], cost: Decimal,
-                baseline: Decimal, escalated: bool) -> None:
+                baseline: Decimal, escalated: bool | str) -> None:
+        """``escalated``: False, or the escalation reason (True counts as upstream_failure)."""
         """Record one finished request (label children cached: this is per request)."""
         key = (tier, cache, status)
         ch = self._children.get(key)
@@ -79,7 +80,8 @@ class GatewayMetrics:
         c_cost.inc(float(cost))
         c_base.inc(float(baseline))
         if escalated:
-            self.escalations.labels("upstream_failure").inc()
+            reason = escalated if isinstance(escalated, str) else "upstream_failure"
+            self.escalations.labels(reason).inc()
 
     def upstream_failure(self, tier: str, kind: str) -> None:
         self.upstream_failures.labels(tier, kind).inc()
@@ -91,6 +93,14 @@ def usage_tokens(usage: dict | None) -> tuple[int, int, int]:
     details = usage.get("prompt_tokens_details") or {}
     return (int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0),
             int(usage.get("completion_tokens") or 0))
+
+
+def _escalation(ctx: RequestContext) -> bool | str:
+    """The last escalation's reason, or False."""
+    if not ctx.escalated:
+        return False
+    steps = ctx.telemetry.get("escalations") or [{}]
+    return steps[-1].get("reason") or "upstream_failure"
 
 
 def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
@@ -130,15 +140,21 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
             "baseline_frontier_equivalent_cost_usd": f"{baseline:f}",
         },
         "attempts": ctx.attempts,
+        # a router training trace (app.router.traces): S01's input and the tier served
+        "router_features": ([round(float(v), 5) for v in ctx.router_features]
+                            if ctx.router_features is not None else None),
+        "tier_rank": tier.get("rank") if served else None,
+        "escalated_from": ctx.telemetry.get("escalated_from"),
         "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
                      "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
-                                                          if k not in ("route_reason", "booked")}},
+                                                          if k not in ("route_reason", "booked",
+                                                                       "escalated_from")}},
         "status": ctx.status, "error": ctx.error,
     }
     if metrics is not None:
         metrics.observe(tier_name or "none", ctx.cache, ctx.status, latency_ms / 1000,
                         ctx.ttft_ms / 1000 if ctx.ttft_ms is not None else None,
-                        (prompt, cached, out), cost, baseline, ctx.escalated)
+                        (prompt, cached, out), cost, baseline, _escalation(ctx))
     ctx.telemetry["cost_usd"] = cost
     return {
         "request_id": ctx.request_id, "at": datetime.now(timezone.utc).isoformat(),

@@ -137,7 +137,10 @@ class World:
 
 
 def make_world(app, gateway: Server, replica_urls: list[str], frontier_url: str,
-               policy: dict | None = None, tier_timeout: float = 30.0) -> World:
+               policy: dict | None = None, tier_timeout: float = 30.0,
+               tier2_urls: list[str] | None = None) -> World:
+    """Tiers 1 and 2 share one pool of ``replica_urls`` unless ``tier2_urls`` gives tier 2
+    a pool of its own; tier 3 is the external ``frontier_url``."""
     from app.catalog.models import Pool, Replica, Tier
     from app.extensions import db
     from app.policies.models import Policy
@@ -151,6 +154,14 @@ def make_world(app, gateway: Server, replica_urls: list[str], frontier_url: str,
     db.session.flush()
     for i, url in enumerate(replica_urls):
         db.session.add(Replica(pool_id=pool.id, index=i, url=url, state="healthy"))
+    pools = {1: pool, 2: pool}
+    if tier2_urls:
+        pools[2] = Pool(name=f"pool-{tenant.id}-t2", model="tiny", served_model_name="tiny-t2",
+                        engine="reference", options={})
+        db.session.add(pools[2])
+        db.session.flush()
+        for i, url in enumerate(tier2_urls):
+            db.session.add(Replica(pool_id=pools[2].id, index=i, url=url, state="healthy"))
     prices = {1: ("0.06", "0.015", "0.18"), 2: ("0.35", "0.0875", "1.05"),
               3: ("3.50", "0.875", "10.50")}
     tiers = {}
@@ -160,7 +171,7 @@ def make_world(app, gateway: Server, replica_urls: list[str], frontier_url: str,
                  price_input_per_m=Decimal(pin), price_cached_input_per_m=Decimal(pcached),
                  price_output_per_m=Decimal(pout),
                  upstream_kind="external" if external else "pool",
-                 pool_id=None if external else pool.id,
+                 pool_id=None if external else pools[rank].id,
                  endpoint_url=frontier_url + "/v1" if external else "",
                  api_key_env="SLUICE_FRONTIER_API_KEY" if external else "",
                  timeout_s=tier_timeout)

@@ -5,6 +5,9 @@ streaming with usage, logprobs, and directives in the last user message:
 ``[[chunk-delay:50]]`` wait ms between stream chunks; ``[[drop-after:2]]`` send two
 content chunks then cut the connection.
 
+A fake named ``unsure...`` is a low-confidence model: its answers start ``Unsure:`` and
+its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95).
+
 Content does not depend on the replica (the ``x-fake-replica`` header says which one
 answered). ``cached_tokens`` = the system prompt's words when this replica saw that
 system prompt before (an engine prefix cache stand-in). ``GET /stats`` counts requests.
@@ -30,13 +33,15 @@ def _text(content) -> str:
     return content or ""
 
 
-def answer_words(messages: list[dict]) -> list[str]:
+def answer_words(messages: list[dict], prefix: str = "Echo") -> list[str]:
     last = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     words = _DIRECTIVE.sub("", last).split()[:12]
-    return ["Echo:"] + words if words else ["Echo."]
+    return [prefix + ":"] + words if words else [prefix + "."]
 
 
 def create_fake(name: str = "fake") -> Starlette:
+    unsure = name.startswith("unsure")
+    prefix, top1, top2 = ("Unsure", -0.6, -0.9) if unsure else ("Echo", -0.05, -3.0)
     seen_prefixes: set[str] = set()
     stats = {"requests": 0, "last_headers": {}, "last_body": None}
 
@@ -61,10 +66,10 @@ def create_fake(name: str = "fake") -> Starlette:
         cached = len(system.split()) if system and system in seen_prefixes else 0
         if system:
             seen_prefixes.add(system)
-        words = answer_words(messages)
+        words = answer_words(messages, prefix)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1000
         words = words[:max_tokens]
-        finish = "stop" if len(answer_words(messages)) <= max_tokens else "length"
+        finish = "stop" if len(answer_words(messages, prefix)) <= max_tokens else "length"
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(words),
                  "total_tokens": prompt_tokens + len(words),
                  "prompt_tokens_details": {"cached_tokens": cached}}
@@ -74,10 +79,10 @@ def create_fake(name: str = "fake") -> Starlette:
         top_n = int(body.get("top_logprobs") or 0)
 
         def lp(tok: str) -> dict:
-            return {"content": [{"token": tok, "logprob": -0.05, "bytes": list(tok.encode()),
-                                 "top_logprobs": [{"token": tok, "logprob": -0.05,
+            return {"content": [{"token": tok, "logprob": top1, "bytes": list(tok.encode()),
+                                 "top_logprobs": [{"token": tok, "logprob": top1,
                                                    "bytes": list(tok.encode())},
-                                                  {"token": "x", "logprob": -3.0,
+                                                  {"token": "x", "logprob": top2,
                                                    "bytes": [120]}][:top_n]}]}
 
         if not body.get("stream"):

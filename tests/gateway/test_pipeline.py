@@ -85,8 +85,9 @@ def test_route_frontier_first_then_tier2():
     assert ctx.tier["name"] == "tier-3"  # a workflow nobody has seen
     old = {"first_seen_at": (datetime.now(timezone.utc) - timedelta(hours=49)).isoformat()}
     ctx = ctx_for(s, workflow=old)
-    asyncio.run(s01_route.run(ctx))
-    assert ctx.tier["name"] == "tier-2"
+    assert asyncio.run(s01_route.run(ctx)) == "S01_DEFAULT_TIER2"  # no router published
+    asyncio.run(s01_route.default_tier2(ctx))
+    assert ctx.tier["name"] == "tier-2" and ctx.telemetry["route_reason"] == "no_router"
     ctx = ctx_for(snap(allowed_tiers=["tier-1"]))
     asyncio.run(s01_route.default_tier2(ctx))
     assert ctx.tier["name"] == "tier-1"

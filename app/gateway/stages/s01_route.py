@@ -1,14 +1,31 @@
-"""S01_CASCADE_ROUTE: choose the tier. Simplest rule until the calibrated router lands:
-an explicit tier is honoured; ``auto`` sends a new workflow (unknown, or younger than the
-policy's ``frontier_first_hours``) to the frontier tier, anything else to tier 2.
-Fallback S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use)."""
+"""S01_CASCADE_ROUTE: choose the tier.
+
+An explicit tier is honoured (handlers.resolve_model already refused it with 403 when the
+policy has ``allow_explicit_tier`` off). ``auto`` sends a new workflow (unknown, or
+younger than the policy's ``frontier_first_hours``) to the frontier tier; otherwise the
+calibrated router active for the request's scope (``gw.routers``, published by the
+control plane) picks the cheapest tier with q_k ≥ τ_k (policy ``router_tau_1/2``). Its
+input is the request's one embedding (S00's, or made here only when a router exists,
+so requests without one never pay for it) plus structural features.
+
+No router for the scope, or a router that cannot score the request, goes to
+S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use).
+"""
 from __future__ import annotations
 
 import time
 from datetime import datetime
 
+import anyio
+import numpy as np
+
+from app.core import router_model as rm
+from app.core.router_features import request_features
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
+from app.gateway.stages import s00_cache
+
+DEFAULT_TIER2 = "S01_DEFAULT_TIER2"
 
 
 def _allowed(ctx: RequestContext) -> list[dict]:
@@ -24,6 +41,12 @@ def tier2(tiers: list[dict]) -> dict:
     return ranked[0]
 
 
+def tier_for_rank(tiers: list[dict], rank: int) -> dict:
+    """The cheapest allowed tier at or above ``rank`` (the highest allowed when none is)."""
+    up = [t for t in sorted(tiers, key=lambda t: t["rank"]) if t["rank"] >= rank]
+    return up[0] if up else max(tiers, key=lambda t: t["rank"])
+
+
 def is_new_workflow(workflow: dict | None, frontier_first_hours: float,
                     now: float | None = None) -> bool:
     if workflow is None:
@@ -32,21 +55,57 @@ def is_new_workflow(workflow: dict | None, frontier_first_hours: float,
     return ((now or time.time()) - first) < frontier_first_hours * 3600
 
 
+def schema_present(body: dict) -> bool:
+    rf = body.get("response_format")
+    return isinstance(rf, dict) and rf.get("type") == "json_schema"
+
+
+def active_router(ctx: RequestContext) -> rm.Router | None:
+    routers = getattr(ctx.gw, "routers", None)
+    if routers is None:
+        return None
+    return routers.get(ctx.tenant["id"], ctx.workflow_signature or None)
+
+
+def features(ctx: RequestContext) -> np.ndarray:
+    return request_features(ctx.embedding, ctx.body.get("messages") or [],
+                            schema_present=schema_present(ctx.body),
+                            workflow=ctx.workflow_signature or None)
+
+
 async def run(ctx: RequestContext) -> str:
     if ctx.requested_tier is not None:
         ctx.tier = ctx.requested_tier
+        ctx.telemetry["route_reason"] = "explicit"
         return "S02_SCHEMA_MINIFY"
     tiers = _allowed(ctx)
     if is_new_workflow(ctx.workflow, float(ctx.policy.get("frontier_first_hours") or 0)):
         ctx.tier = tiers[-1]
         ctx.telemetry["route_reason"] = "frontier_first"
-    else:
-        ctx.tier = tier2(tiers)
-        ctx.telemetry["route_reason"] = "default_tier2"
+        return "S02_SCHEMA_MINIFY"
+    router = active_router(ctx)
+    if router is None:
+        ctx.telemetry["route_reason"] = "no_router"
+        return DEFAULT_TIER2
+    if ctx.embedding is None:
+        await anyio.to_thread.run_sync(s00_cache.embedding, ctx)
+    x = features(ctx)
+    decision = rm.route_decision(router, x, rm.taus_from_policy(ctx.policy))
+    if decision.reason == rm.S01_DEFAULT_TIER2:
+        ctx.telemetry["route_reason"] = "router_error"
+        ctx.telemetry["router_error"] = decision.error
+        return DEFAULT_TIER2
+    ctx.tier = tier_for_rank(tiers, decision.tier_rank)
+    ctx.router_features = x
+    # Complexity: how likely the cheapest tier is to miss the quality bar.
+    ctx.router_score = round(1.0 - decision.scores[min(decision.scores)], 6)
+    ctx.telemetry["router_scores"] = {str(k): round(v, 6) for k, v in decision.scores.items()}
+    ctx.telemetry["route_reason"] = "router"
     return "S02_SCHEMA_MINIFY"
 
 
 async def default_tier2(ctx: RequestContext) -> str:
     ctx.tier = ctx.requested_tier or tier2(_allowed(ctx))
-    ctx.telemetry["route_reason"] = "fallback_tier2"
+    if ctx.telemetry.get("route_reason") not in ("no_router", "router_error"):
+        ctx.telemetry["route_reason"] = "fallback_tier2"  # S01 raised
     return "S02_SCHEMA_MINIFY"

@@ -1,21 +1,26 @@
 """S04_DECODE: call the upstream. Fails over to the tier's other replicas while nothing
 has reached the client; when the tier has none left it raises, and the fallback
 S04_ESCALATE_TIER_UP moves to the next tier up the tenant may use (then S03 again).
-A non-retryable upstream answer (a 4xx about the request) is relayed as is."""
+A non-retryable upstream answer (a 4xx about the request) is relayed as is.
+
+A routed tier-1/2 attempt is also judged on its logprob margin (``s04_margin``); a low
+margin books the attempt and goes to S04_MARGIN_ESCALATE (the next tier up, then S03)."""
 from __future__ import annotations
 
 import logging
 
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway.stages import s03_prefill
+from app.gateway.stages import s03_prefill, s04_margin
 from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
 
 log = logging.getLogger(__name__)
 
 
-def upstream_body(ctx: RequestContext) -> dict:
+def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
     body = dict(ctx.upstream_body or ctx.body)
+    if margin:
+        s04_margin.ask_logprobs(body)
     body["model"] = ctx.snapshot.served_model(ctx.tier)
     if ctx.stream:
         # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
@@ -27,12 +32,15 @@ def upstream_body(ctx: RequestContext) -> dict:
     return body
 
 
-async def _attempt(ctx: RequestContext) -> None:
+async def _attempt(ctx: RequestContext) -> str:
+    """One upstream call; returns the margin decision ("pass" when not monitored)."""
     gw, tier, replica = ctx.gw, ctx.tier, ctx.replica
     headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
                                        gw.upstream.api_key(tier))
+    watch = s04_margin.applies(ctx)
+    body = upstream_body(ctx, margin=watch)
     await gw.track_replica(ctx, replica.get("id"))
-    resp = await gw.upstream.open(chat_url(replica["url"]), headers, upstream_body(ctx),
+    resp = await gw.upstream.open(chat_url(replica["url"]), headers, body,
                                   float(tier.get("timeout_s") or 60.0), ctx.stream)
     ctx.ttft_ms = ctx.elapsed_ms()
     ctx.upstream_status = resp.status_code
@@ -40,15 +48,23 @@ async def _attempt(ctx: RequestContext) -> None:
     if ctx.stream:
         ctx.upstream_response = resp
         ctx.first_chunk = resp.sluice_first
-    else:
-        ctx.response_bytes = resp.content
-        await resp.aclose()
+        if not watch:
+            return s04_margin.PASS
+        decision = await s04_margin.hold_stream(ctx, resp, s04_margin.monitor(ctx), body)
+        ctx.ttft_ms = ctx.elapsed_ms()  # the client's first byte waits for the decision
+        return decision
+    ctx.response_bytes = resp.content
+    await resp.aclose()
+    if not watch:
+        return s04_margin.PASS
+    return s04_margin.judge_response(ctx, s04_margin.monitor(ctx))
 
 
 async def run(ctx: RequestContext) -> str:
     while True:
         try:
-            await _attempt(ctx)
+            if await _attempt(ctx) == s04_margin.ESCALATE:
+                return "S04_MARGIN_ESCALATE"
             return "S05_KEY_EXPAND"
         except UpstreamError as exc:
             ctx.last_error = exc
@@ -88,4 +104,24 @@ async def escalate(ctx: RequestContext) -> str:
     ctx.tier = higher[0]
     ctx.escalated = True
     ctx.replica = None
+    return "S03_PREFILL"
+
+
+async def margin_escalate(ctx: RequestContext) -> str:
+    """The attempt's margin was below γ: book it (its cost and margin stay in the
+    ledger's attempts) and move to the next tier up (S04 only watches attempts that
+    have one)."""
+    rank = ctx.tier["rank"]
+    higher = [t for t in ctx.snapshot.allowed_tiers(ctx.tenant) if t["rank"] > rank]
+    ctx.record_attempt("low_margin")
+    ctx.attempts[-1]["margin"] = ctx.margin
+    ctx.upstream_response, ctx.first_chunk, ctx.response_bytes = None, b"", b""
+    ctx.telemetry.setdefault("escalations", []).append(
+        {"from": ctx.tier["name"], "to": higher[0]["name"], "reason": "low_margin",
+         "margin": ctx.margin})
+    ctx.telemetry.setdefault("escalated_from", []).append(rank)
+    ctx.tier = higher[0]
+    ctx.escalated = True
+    ctx.replica = None
+    ctx.margin = None  # the served attempt's margin, if it is watched too
     return "S03_PREFILL"
