@@ -244,3 +244,24 @@ def test_tau_change_in_the_policy_takes_effect_without_restart(
     update_policy(admin, w.tenant.id, {"router_tau_1": 0.8})
     wait_for(lambda: health(w.gateway)["reloads"] > reloads, what="snapshot reload")
     assert tier("and back") == "tier-2"
+
+
+def test_answer_shorter_than_the_window_is_judged_at_its_end(
+        app, gateway, unsure, fake_replicas, frontier):
+    w = make_world(app, gateway, [unsure.url], frontier.url, tier2_urls=[fake_replicas[0].url],
+                   policy={"frontier_first_hours": 0, "cache_enabled": False})  # window 12
+    known_workflow(w)
+    publish_router(w, router_params(0.95, 0.95))
+    body = {"model": "auto", "stream": True, "messages": msgs("short reply"),
+            "stream_options": {"include_usage": True}}
+    with httpx.stream("POST", w.base_url + "/chat/completions", json=body, timeout=30,
+                      headers={"authorization": f"Bearer {w.key}"}) as r:
+        assert r.status_code == 200 and r.headers["x-sluice-tier"] == "tier-2"
+        raw = r.read()
+    assert b"Unsure" not in raw and b'"logprobs":{' not in raw  # not one byte of tier 1
+    assert b"Echo:" in raw and raw.endswith(b"data: [DONE]\n\n")
+    (row,) = w.drain_rows(2)[-1:]
+    (aborted,) = row.payload["attempts"]
+    # the whole tier-1 stream was read, so its real usage is what was booked
+    assert aborted["completion_tokens"] == 3 and "aborted_usage_estimated" not in \
+        row.payload["pipeline"]

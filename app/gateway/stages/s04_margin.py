@@ -71,9 +71,7 @@ class StripLogprobs:
 
 
 def _record_margin(ctx: RequestContext, mon: MarginMonitor) -> None:
-    m = mon.margin
-    if math.isnan(m) and mon.tokens:
-        m = mon._sum_all / mon.tokens  # schema set but no value token: all tokens
+    m = mon.margin  # NaN when no value token was seen (then the monitor used all tokens)
     ctx.margin = None if math.isnan(m) else round(m, 4)
     ctx.telemetry.setdefault("margin_checks", []).append(
         {"tier": ctx.tier["name"], "margin": ctx.margin, "tokens": mon.tokens,
@@ -94,6 +92,26 @@ def judge_response(ctx: RequestContext, mon: MarginMonitor) -> str:
     return decision
 
 
+def _push_events(ctx: RequestContext, held: HeldStream, events: list[bytes],
+                 released: list[bytes]) -> str:
+    """Feed whole SSE events to ``held``; what it releases is appended to ``released``."""
+    decision = held.monitor.decision
+    for ev in events:
+        if not ev:
+            continue
+        items = []
+        if ev.startswith(b"data:") and b"{" in ev:
+            data = orjson.loads(ev[ev.index(b"{"):])
+            items = logprob_items(data)
+            if data.get("usage"):
+                ctx.usage = data["usage"]
+        decision, out = held.push(ev + b"\n\n", items)
+        released += out
+        if decision == ESCALATE:
+            break
+    return decision
+
+
 async def hold_stream(ctx: RequestContext, resp: http1.Response, mon: MarginMonitor,
                       body: dict) -> str:
     """Read the open stream until the monitor decides. Pass: ``ctx.first_chunk`` holds
@@ -109,19 +127,7 @@ async def hold_stream(ctx: RequestContext, resp: http1.Response, mon: MarginMoni
             if b"\r" in buf:
                 buf = buf.replace(b"\r\n", b"\n")
             *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                if not ev:
-                    continue
-                items = []
-                if ev.startswith(b"data:") and b"{" in ev:
-                    data = orjson.loads(ev[ev.index(b"{"):])
-                    items = logprob_items(data)
-                    if data.get("usage"):
-                        ctx.usage = data["usage"]
-                decision, out = held.push(ev + b"\n\n", items)
-                released += out
-                if decision == ESCALATE:
-                    break
+            decision = _push_events(ctx, held, events, released)
             if decision != UNDECIDED:
                 break
             if size > MAX_HELD_BYTES:
@@ -135,7 +141,6 @@ async def hold_stream(ctx: RequestContext, resp: http1.Response, mon: MarginMoni
             except StopAsyncIteration:
                 decision, out = held.end()
                 released += out
-                buf = b""
     except http1.Timeout as exc:
         await resp.aclose()
         raise UpstreamError(f"upstream timed out while held: {exc}", kind="timeout") from exc
