@@ -84,6 +84,9 @@ def _app(app_config):
 def app(_app):
     """The app inside an app context; every table is emptied after the test."""
     from app.extensions import db
+    # Another create_app() (e.g. the migration tests' scratch app) makes its Celery app the
+    # default one that shared tasks bind to; take it back for every test.
+    _app.extensions["celery"].set_default()
     ctx = _app.app_context()
     ctx.push()
     yield _app

@@ -28,12 +28,14 @@ class Server:
             [sys.executable, "-m", "tests.gateway.serve", kind, arg], cwd=ROOT,
             stdout=subprocess.PIPE, stderr=self.log, text=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})})
-        ready, _, _ = select.select([self.proc.stdout], [], [], 60)
+        ready, _, _ = select.select([self.proc.stdout], [], [], 180)
         line = self.proc.stdout.readline() if ready else ""
         if not line.startswith("PORT "):
-            self.stop()
+            self.log.flush()
             self.log.seek(0)
-            raise RuntimeError(f"{kind} did not start: {line!r} {self.log.read()[-2000:]}")
+            tail = self.log.read()[-2000:]
+            self.stop()
+            raise RuntimeError(f"{kind} did not start: {line!r} {tail}")
         self.port = int(line.split()[1])
         self.url = f"http://127.0.0.1:{self.port}"
 
