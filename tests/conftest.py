@@ -87,6 +87,7 @@ def app(_app):
     # Another create_app() (e.g. the migration tests' scratch app) makes its Celery app the
     # default one that shared tasks bind to; take it back for every test.
     _app.extensions["celery"].set_default()
+    _app.extensions["celery"].set_current()
     ctx = _app.app_context()
     ctx.push()
     yield _app
