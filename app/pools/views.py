@@ -12,6 +12,8 @@ from app.catalog.service import list_pools
 from app.errors import Forbidden, ServiceError
 from app.pools import service
 
+from app.console.assets import plotly_js_response  # noqa: E402
+
 bp = Blueprint("pools", __name__)
 api_bp = Blueprint("pools_api", __name__)
 
@@ -21,19 +23,10 @@ def _global_only() -> None:
         raise Forbidden("pools are shared infrastructure")
 
 
-@functools.lru_cache(maxsize=1)
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-    return get_plotlyjs()
-
-
 @bp.route("/pools/plotly.js")
 @login_required
 def plotly_js():
-    resp = Response(_plotly_js(), mimetype="application/javascript")
-    resp.cache_control.max_age = 86400
-    resp.cache_control.private = True
-    return resp
+    return plotly_js_response(public=False)
 
 
 def _page_data() -> dict:

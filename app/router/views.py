@@ -11,22 +11,15 @@ from app.api.views import api_auth, body
 from app.errors import ServiceError, ValidationError
 from app.router import charts, service
 
+from app.console.assets import plotly_js_response  # noqa: E402
+
 bp = Blueprint("router", __name__, url_prefix="/router")
 api_bp = Blueprint("router_api", __name__)
 
 
-@lru_cache(maxsize=1)
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-    return get_plotlyjs()
-
-
 @bp.route("/plotly.js")
 def plotly_js():
-    resp = Response(_plotly_js(), mimetype="application/javascript")
-    resp.cache_control.public = True
-    resp.cache_control.max_age = 86400
-    return resp
+    return plotly_js_response()
 
 
 @bp.route("/")

@@ -11,21 +11,14 @@ from app.errors import ServiceError
 from app.redis_client import get_redis, keys
 from app.routing import charts, lint, service
 
+from app.console.assets import plotly_js_response  # noqa: E402
+
 bp = Blueprint("routing", __name__, url_prefix="/routing")
-
-
-@lru_cache(maxsize=1)
-def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
-    return get_plotlyjs()
 
 
 @bp.route("/plotly.js")
 def plotly_js():
-    resp = Response(_plotly_js(), mimetype="application/javascript")
-    resp.cache_control.public = True
-    resp.cache_control.max_age = 86400
-    return resp
+    return plotly_js_response()
 
 
 @bp.route("/")
