@@ -115,3 +115,13 @@ def runner(app):
 def redis_client(app):
     from app.redis_client import get_redis
     return get_redis()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(app_config, tmp_path_factory):
+    """A real Celery worker (``--pool solo``, queue ``default``), one per session, shared by
+    every test that needs it."""
+    from tests.celery_workers import start_worker
+    with start_worker(app_config, tmp_path_factory.mktemp("celery"), queue="default",
+                      name="sluicetest") as worker:
+        yield worker

@@ -8,10 +8,9 @@ from app.ledger.models import LedgerEntry
 from app.redis_client import keys
 from tests.factories import TenantFactory
 from tests.ledger.test_drain import event
-from tests.workers.conftest import celery_worker  # noqa: F401 - the real worker fixture
 
 
-def test_worker_drains_the_stream(app, redis_client, celery_worker):  # noqa: F811
+def test_worker_drains_the_stream(app, redis_client, celery_worker):
     t = TenantFactory()
     for i in range(7):
         redis_client.xadd(keys().k("ledger", "stream"), {"e": orjson.dumps(event(t.id, i))})

@@ -3,15 +3,12 @@ supervisor runs beside a replica start), and a tiny model for reference replicas
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.gateway.conftest import frontier, gateway  # noqa: F401  (fixtures, reused)
-from tests.workers.conftest import READY_TIMEOUT_S, ROOT, Worker, worker_env
+from tests.celery_workers import start_worker
 
 
 def free_port_pair() -> int:
@@ -37,25 +34,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def pool_worker(app_config, tmp_path_factory):
-    celery_bin = Path(sys.executable).with_name("celery")
-    log_path = tmp_path_factory.mktemp("poolworker") / "worker.log"
-    env = worker_env(app_config)
-    env["SLUICE_NODE"] = "local"
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            [str(celery_bin), "-A", "workers.celery_app", "worker", "--pool", "threads",
-             "--concurrency", "4", "-Q", "pool.local", "-n", f"pools-{uuid.uuid4().hex[:8]}@%h",
-             "--loglevel", "INFO", "--without-mingle", "--without-gossip",
-             "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
-    worker = Worker(process, log_path)
-    try:
-        worker.wait_for(lambda: " ready." in worker.log(), READY_TIMEOUT_S, "worker ready")
+    with start_worker(app_config, tmp_path_factory.mktemp("poolworker"), queue="pool.local",
+                      name="pools", pool_args=("--pool", "threads", "--concurrency", "4"),
+                      extra_env={"SLUICE_NODE": "local"}) as worker:
         yield worker
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)

@@ -17,5 +17,6 @@ def test_worker_publishes_a_snapshot_with_a_new_tenant(app, redis_client, celery
     snap = json.loads(redis_client.get(k.k("snapshot", "data")))
     assert snap["version"] == version
     assert snap["tenants"][str(tenant.id)]["name"] == "worker-visible"
-    celery_worker.wait_for(lambda: "snapshot.publish" in celery_worker.log()
-                           and "succeeded" in celery_worker.log(), what="task log line")
+    celery_worker.wait_for(lambda: any(
+        "snapshot.publish" in line and "succeeded" in line
+        for line in celery_worker.log().splitlines()), what="task log line")

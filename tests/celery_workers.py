@@ -1,18 +1,21 @@
-"""A real Celery worker (``--pool solo``, queue ``default``) bound to this test session's
-database and Redis namespace. Session-scoped: start it once, share it."""
+"""Start a real Celery worker bound to this test session's database and Redis namespace.
+
+Fixtures (``celery_worker`` in tests/conftest.py, ``pool_worker`` in tests/pools) build on
+``start_worker``; each is defined once, so a session never runs two workers competing for
+the same queue (an imported fixture is a second definition with its own worker)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 READY_TIMEOUT_S = 120
 
 
@@ -48,17 +51,19 @@ def worker_env(app_config: dict) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def celery_worker(app_config, tmp_path_factory):
+@contextlib.contextmanager
+def start_worker(app_config: dict, log_dir: Path, *, queue: str, name: str,
+                 pool_args: tuple[str, ...] = ("--pool", "solo"),
+                 extra_env: dict[str, str] | None = None) -> Iterator[Worker]:
     celery_bin = Path(sys.executable).with_name("celery")
-    log_path = tmp_path_factory.mktemp("celery") / "worker.log"
-    name = f"sluicetest-{uuid.uuid4().hex[:8]}@%h"
+    log_path = log_dir / "worker.log"
+    env = worker_env(app_config) | (extra_env or {})
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [str(celery_bin), "-A", "workers.celery_app", "worker", "--pool", "solo",
-             "-Q", "default", "-n", name, "--loglevel", "INFO", "--without-mingle",
-             "--without-gossip", "--without-heartbeat"],
-            cwd=ROOT, env=worker_env(app_config), stdout=log_file, stderr=subprocess.STDOUT)
+            [str(celery_bin), "-A", "workers.celery_app", "worker", *pool_args,
+             "-Q", queue, "-n", f"{name}-{uuid.uuid4().hex[:8]}@%h", "--loglevel", "INFO",
+             "--without-mingle", "--without-gossip", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT)
     worker = Worker(process, log_path)
     try:
         worker.wait_for(lambda: " ready." in worker.log(), READY_TIMEOUT_S, "worker ready")
