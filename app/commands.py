@@ -24,6 +24,7 @@ SEED_TIERS = [
 
 def seed_catalog() -> list[str]:
     """Create the default pools and three tiers if no tiers exist. Returns what was made."""
+    from app.audit.service import record
     from app.catalog.models import Pool, Tier
     from app.catalog.service import sync_replica_rows
     from app.policies.models import Policy
@@ -39,6 +40,7 @@ def seed_catalog() -> list[str]:
         db.session.add(pool)
         db.session.flush()
         sync_replica_rows(pool)
+        record(SystemActor(), "pool.create", "pool", pool.id, after=pool.to_dict())
         pools[name] = pool
         made.append(f"pool {name}")
     for t in SEED_TIERS:
@@ -53,9 +55,12 @@ def seed_catalog() -> list[str]:
                     endpoint_url="" if t["pool"] else "http://127.0.0.1:8530/v1",
                     api_key_env="" if t["pool"] else "SLUICE_FRONTIER_API_KEY")
         db.session.add(tier)
+        db.session.flush()
+        record(SystemActor(), "tier.create", "tier", tier.id, after=tier.to_dict())
         made.append(f"tier {t['name']}")
     if db.session.scalar(db.select(Policy).where(Policy.tenant_id.is_(None))) is None:
         db.session.add(Policy(tenant_id=None, values={}))
+        record(SystemActor(), "policy.create", "policy", "global", after={"values": {}})
     return made
 
 

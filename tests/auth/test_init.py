@@ -1,6 +1,7 @@
 """``flask --app wsgi sluice init``: first admin and the seeded three-tier catalog."""
 import re
 
+from app.audit.models import AuditLog
 from app.auth.models import User
 from app.catalog.models import Tier
 from app.extensions import db
@@ -29,6 +30,11 @@ def test_init_creates_admin_and_tiers_then_admin_sees_them(runner, app, client):
     assert (admin.email, admin.role, admin.tenant_id) == (EMAIL, "admin", None)
     assert [t.name for t in db.session.scalars(db.select(Tier).order_by(Tier.rank))] == [
         "tier-1", "tier-2", "tier-3"]
+    seeded = sorted((a.action, a.actor_email) for a in db.session.scalars(
+        db.select(AuditLog).where(AuditLog.action.in_(
+            ["tier.create", "pool.create", "policy.create"]))))
+    assert seeded == sorted([("tier.create", "system")] * 3 + [("pool.create", "system")] * 2
+                            + [("policy.create", "system")])
     again = _init(runner, GOOD)
     assert again.exit_code == 0 and "an admin already exists" in again.output
     assert db.session.scalar(db.select(db.func.count(Tier.id))) == 3
