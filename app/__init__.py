@@ -71,7 +71,8 @@ def register_blueprints(app: Flask) -> None:
     # Console areas; each module exposes ``bp``. Area JSON routes live under /api/v1/<area>
     # on a second blueprint ``api_bp`` when the module has one.
     for name in ("app.auth.views", "app.console.views", "app.pools.views",
-                 "app.drills.views", "app.finops.views", "app.router.views", "app.routing.views"):
+                 "app.drills.views", "app.finops.views", "app.router.views", "app.routing.views",
+                 "app.cache.views"):
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)
         if hasattr(module, "api_bp"):

@@ -1,0 +1,147 @@
+"""Cache invalidation from the console page and the admin API (same service, audited)."""
+from app.audit.models import AuditLog
+from app.auth.service import create_admin_token
+from app.cache.embedding import embed
+from app.cache.keys import build_key
+from app.cache.service import get_store
+from app.extensions import db
+from app.policies.schema import DEFAULTS
+from app.workflows.service import ensure_workflow
+from tests.api.conftest import Api
+from tests.console.web import browser, csrf_from, login
+from tests.factories import TenantFactory, UserFactory
+
+ANSWER = {"choices": [{"index": 0, "finish_reason": "stop",
+                       "message": {"role": "assistant", "content": "cached"}}]}
+
+
+def _put(tenant_id, text, workflow=None, rid=None):
+    key = build_key(str(tenant_id), DEFAULTS, "auto",
+                    {"temperature": 0, "messages": [{"role": "user", "content": text}]})
+    vec = embed(key.text)
+    get_store().store(key, vec, ANSWER, rid or f"r-{tenant_id}-{abs(hash(text))}", 600, workflow)
+    return key, vec
+
+
+def _found(key, vec) -> bool:
+    """Neither the exact entry nor the semantic bucket still answers."""
+    store = get_store()
+    exact = store.lookup(key, None, 0.965) is not None
+    semantic = store._semantic_redis(key, vec, 0.965) is not None
+    assert exact == semantic, (exact, semantic)
+    return exact
+
+
+def _api(app, role, tenant=None) -> Api:
+    user = UserFactory(role=role, tenant=tenant)
+    return Api(browser(app), create_admin_token(user, "t")[1])
+
+
+def _audits():
+    return list(db.session.scalars(db.select(AuditLog).where(AuditLog.action == "cache.invalidate")
+                                   .order_by(AuditLog.id)))
+
+
+def test_api_invalidates_one_tenant_only_and_audits(app):
+    a, b = TenantFactory(), TenantFactory()
+    ea, eb = _put(a.id, "Warranty for SKU-1 in Utah?"), _put(b.id, "Warranty for SKU-1 in Utah?")
+    assert _found(*ea) and _found(*eb)
+    resp = _api(app, "ops").post("/cache/invalidate", json={"scope": "tenant", "tenant_id": a.id})
+    assert resp.status_code == 200, resp.get_json()
+    assert resp.get_json() == {"scope": "tenant", "tenant_id": a.id, "removed": 1}
+    assert not _found(*ea) and _found(*eb)
+    (row,) = _audits()
+    assert row.tenant_id == a.id and row.after == {"tenant_id": a.id, "workflow": None, "removed": 1}
+
+
+def test_api_viewer_gets_403_and_nothing_goes(app):
+    a = TenantFactory()
+    entry = _put(a.id, "Refund window for ORD-77?")
+    for scope in ({"scope": "tenant", "tenant_id": a.id}, {"scope": "all"}):
+        resp = _api(app, "viewer").post("/cache/invalidate", json=scope)
+        assert resp.status_code == 403, resp.get_json()
+    assert _found(*entry) and _audits() == []
+
+
+def test_api_scoped_user_cannot_touch_another_tenant(app):
+    mine, other = TenantFactory(), TenantFactory()
+    e_mine, e_other = _put(mine.id, "Quota for tier-2?"), _put(other.id, "Quota for tier-2?")
+    api = _api(app, "ops", tenant=mine)
+    assert api.post("/cache/invalidate", json={"scope": "tenant", "tenant_id": other.id}).status_code == 403
+    assert api.post("/cache/invalidate", json={"scope": "all"}).status_code == 403
+    assert _found(*e_other) and _found(*e_mine) and _audits() == []
+    resp = api.post("/cache/invalidate", json={"scope": "tenant", "tenant_id": mine.id})
+    assert resp.status_code == 200 and resp.get_json()["removed"] == 1
+    assert not _found(*e_mine) and _found(*e_other)
+
+
+def test_api_scoped_user_cannot_name_another_tenants_workflow(app):
+    mine, other = TenantFactory(), TenantFactory()
+    wf = ensure_workflow(other.id, "sig-other")
+    entry = _put(other.id, "Latency in eu-west-1?", workflow="sig-other")
+    resp = _api(app, "admin", tenant=mine).post("/cache/invalidate",
+                                                json={"scope": "workflow", "workflow_id": wf.id})
+    assert resp.status_code == 404  # never confirms another tenant's workflow exists
+    assert _found(*entry)
+
+
+def test_api_workflow_scope_leaves_the_tenants_other_entries(app):
+    t = TenantFactory()
+    wf = ensure_workflow(t.id, "sig-billing")
+    in_wf = _put(t.id, "Invoice total for Globex in March?", workflow="sig-billing", rid="w1")
+    outside = _put(t.id, "Invoice total for Hooli in March?", workflow="sig-support", rid="w2")
+    resp = _api(app, "ops").post("/cache/invalidate", json={"scope": "workflow", "workflow_id": wf.id})
+    assert resp.status_code == 200 and resp.get_json()["removed"] == 1
+    assert not _found(*in_wf) and _found(*outside)
+    assert _audits()[0].after["workflow"] == "sig-billing"
+
+
+def test_api_all_and_bad_requests(app):
+    a, b = TenantFactory(), TenantFactory()
+    ea, eb = _put(a.id, "Price of SKU-9?"), _put(b.id, "Price of SKU-9?")
+    api = _api(app, "admin")
+    assert api.post("/cache/invalidate", json={"scope": "tenant"}).status_code == 422
+    assert api.post("/cache/invalidate", json={"scope": "galaxy"}).status_code == 422
+    assert api.post("/cache/invalidate", json={"scope": "tenant", "tenant_id": 10 ** 9}).status_code == 404
+    assert _found(*ea) and _found(*eb)
+    resp = api.post("/cache/invalidate", json={"scope": "all"})
+    assert resp.status_code == 200 and resp.get_json()["removed"] >= 2
+    assert not _found(*ea) and not _found(*eb)
+    assert _audits()[-1].after["tenant_id"] is None
+
+
+def test_console_page_invalidates_with_csrf(app):
+    a, b = TenantFactory(), TenantFactory()
+    ea, eb = _put(a.id, "Warranty for SKU-5?"), _put(b.id, "Warranty for SKU-5?")
+    client = browser(app)
+    login(client, UserFactory(role="ops").email)
+    page = client.get("/cache/")
+    assert page.status_code == 200
+    html = page.get_data(as_text=True)
+    assert 'value="all"' in html and a.name in html
+    assert client.post("/cache/invalidate", data={"scope": "tenant", "tenant_id": a.id,
+                                                  "csrf_token": "forged"}).status_code == 400
+    assert _found(*ea)
+    resp = client.post("/cache/invalidate", data={"scope": "tenant", "tenant_id": a.id,
+                                                  "csrf_token": csrf_from(html)})
+    assert resp.status_code == 303
+    assert not _found(*ea) and _found(*eb)
+    assert "1 entries removed" in client.get("/cache/").get_data(as_text=True)
+    assert _audits()[0].tenant_id == a.id
+
+
+def test_console_viewer_and_scoped_user(app):
+    mine, other = TenantFactory(), TenantFactory()
+    e_other = _put(other.id, "Warranty for SKU-6?")
+    viewer = browser(app)
+    login(viewer, UserFactory(role="viewer").email)
+    assert viewer.get("/cache/").status_code == 403
+    assert 'href="/cache/"' not in viewer.get("/").get_data(as_text=True)
+    scoped = browser(app)
+    login(scoped, UserFactory(role="ops", tenant=mine).email)
+    html = scoped.get("/cache/").get_data(as_text=True)
+    assert 'value="all"' not in html and other.name not in html and mine.name in html
+    token = csrf_from(html)
+    for data in ({"scope": "tenant", "tenant_id": other.id}, {"scope": "all"}):
+        assert scoped.post("/cache/invalidate", data={**data, "csrf_token": token}).status_code == 403
+    assert _found(*e_other) and _audits() == []
