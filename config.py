@@ -25,6 +25,8 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_GATEWAY_URL": ("GATEWAY_URL", str),
     "SLUICE_GATEWAY_SNAPSHOT_POLL_S": ("GATEWAY_SNAPSHOT_POLL_S", float),
     "SLUICE_GATEWAY_EJECT_S": ("GATEWAY_EJECT_S", float),
+    "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": ("GATEWAY_LEDGER_SPOOL_DIR", str),
+    "SLUICE_GATEWAY_LEDGER_LINGER_S": ("GATEWAY_LEDGER_LINGER_S", float),
     "SLUICE_GATEWAY_CACHE_WARM": ("GATEWAY_CACHE_WARM", lambda v: v.lower() in {"1", "true", "yes", "on"}),
     "SLUICE_ENGINE_MODEL": ("ENGINE_MODEL", str),
     "SLUICE_NODE": ("NODE_NAME", str),
@@ -55,6 +57,10 @@ class Config:
     GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
     GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long
     GATEWAY_CACHE_WARM = False      # load the embedding model at gateway start
+    # Ledger events are spooled here before the answer's last byte, so a killed gateway
+    # loses none (the next one on the host sends them on). Empty: memory only.
+    GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")
+    GATEWAY_LEDGER_LINGER_S = 0.02  # batch ledger events this long before writing them
     ENGINE_MODEL = "smollm2"
     NODE_NAME = "local"
     BUDGET_WEBHOOK_URL = ""

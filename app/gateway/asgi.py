@@ -63,7 +63,10 @@ class Gateway:
         self.limiter = RateLimiter(self.redis, self.keys)
         self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"])
         self.inflight = AsyncInflightTracker(self.redis, self.keys)
-        self.ledger = LedgerWriter(self.redis, self.keys, self.metrics)
+        self.ledger = LedgerWriter(
+            self.redis, self.keys, self.metrics,
+            spool_dir=self.config.get("GATEWAY_LEDGER_SPOOL_DIR") or None,
+            linger_s=float(self.config.get("GATEWAY_LEDGER_LINGER_S") or 0.02))
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
         await self.snapshots.refresh()
         self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
@@ -134,8 +137,9 @@ class Gateway:
         try:
             await asyncio.wait_for(self.ledger.flush(), timeout=5)
         except Exception as exc:  # noqa: BLE001
-            log.error("gateway stopping with %d ledger events unwritten: %s",
-                      len(self.ledger.queue), exc)
+            log.error("gateway stopping with %d ledger events unwritten (left in its spool "
+                      "for the next gateway): %s", len(self.ledger.queue), exc)
+        self.ledger.close()
         await self.upstream.aclose()
         await self.redis.aclose()
         if self._router_redis is not None:

@@ -254,6 +254,7 @@ async def healthz(request: Request) -> Response:
     snap = gw.snapshots.current
     body = {"ok": snap is not None, "snapshot_version": snap.version if snap else None,
             "redis": gw.snapshots.redis_ok, "ledger_backlog": len(gw.ledger.queue),
-            "ledger_written": gw.ledger.written, "reloads": gw.snapshots.reloads,
+            "ledger_written": gw.ledger.written, "ledger_recovered": gw.ledger.recovered,
+            "reloads": gw.snapshots.reloads,
             "router_version": gw.routers.version, "routers": gw.routers.versions()}
     return _json(body, status=200 if snap is not None else 503)

@@ -1,21 +1,32 @@
 """Moves ledger events from the request path to the Redis stream, off the hot path.
 
-``submit`` never blocks or raises; a background task writes queued events in pipelined
-batches. When Redis is down the events stay queued (bounded) and are retried, so a
-Redis outage delays accounting instead of failing requests.
+``submit`` never blocks on the network and never raises. It first appends the event to
+this process's spool file (one ``write`` to the page cache, which outlives a killed
+process), then queues it; a background task writes queued events to the stream in
+pipelined batches and empties the spool once everything in it is on the stream. So a
+gateway killed at any moment loses no answered request's ledger event: the next gateway
+process on the host finds the dead one's spool (its lock is free) and sends it on. A
+replayed event that had reached the stream already is dropped by the drain, which is
+idempotent on ``request_id``. When Redis is down the events stay queued (bounded) and
+spooled, and are retried, so an outage delays accounting instead of failing requests.
 """
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
+import uuid
 from collections import deque
 from datetime import date, datetime, timezone
+from pathlib import Path
 
 import orjson
 
 log = logging.getLogger(__name__)
 REQUEST_TTL_S = 7 * 86400  # how long /v1/feedback can name a request
 OWNER_DAYS = REQUEST_TTL_S // 86400 + 1
+SPOOL_GLOB = "ledger-*.spool"
 
 
 def request_owner_key(keys, day: date | None = None) -> str:
@@ -24,9 +35,70 @@ def request_owner_key(keys, day: date | None = None) -> str:
     return keys.k("req", day.strftime("%Y%m%d"))
 
 
+class Spool:
+    """An append-only file of JSON lines, locked by its owner for its whole life."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / f"ledger-{os.getpid()}-{uuid.uuid4().hex[:8]}.spool"
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self.dirty = False
+
+    def append(self, line: bytes) -> None:
+        os.write(self.fd, line + b"\n")
+        self.dirty = True
+
+    def clear(self) -> None:
+        """Everything spooled is on the stream: start the file over."""
+        if self.dirty:
+            os.ftruncate(self.fd, 0)
+            self.dirty = False
+
+    def close(self, *, remove: bool) -> None:
+        if remove:
+            self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+
+    def adopt_orphans(self) -> list[dict]:
+        """Events in spools whose owner died (their lock is free); the files are
+        removed once the events are in this spool."""
+        events: list[dict] = []
+        for path in sorted(self.dir.glob(SPOOL_GLOB)):
+            if path == self.path:
+                continue
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live process owns it
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    lines = f.read().split(b"\n")
+                found = []
+                for line in lines:
+                    try:
+                        found.append(orjson.loads(line))
+                    except orjson.JSONDecodeError:
+                        pass  # the torn last line of a process killed mid-write
+                for ev in found:
+                    self.append(orjson.dumps(ev))
+                events.extend(found)
+                path.unlink(missing_ok=True)
+                if found:
+                    log.warning("recovered %d ledger events from %s", len(found), path.name)
+            finally:
+                os.close(fd)
+        return events
+
+
 class LedgerWriter:
-    def __init__(self, redis, keys, metrics=None, *, max_backlog: int = 200_000,
-                 batch: int = 256, linger_s: float = 0.02) -> None:
+    def __init__(self, redis, keys, metrics=None, *, spool_dir: str | os.PathLike | None = None,
+                 max_backlog: int = 200_000, batch: int = 256, linger_s: float = 0.02) -> None:
         self.redis = redis
         self.stream = keys.k("ledger", "stream")
         self.keys = keys
@@ -37,9 +109,22 @@ class LedgerWriter:
         self.queue: deque[dict] = deque()
         self.dropped = 0
         self.written = 0
+        self.spool_errors = 0
+        self.spool = Spool(spool_dir) if spool_dir else None
         self._wake = asyncio.Event()
+        if self.spool is not None:
+            self.queue.extend(self.spool.adopt_orphans())
+            self.recovered = len(self.queue)
+        else:
+            self.recovered = 0
 
     def submit(self, event: dict) -> None:
+        if self.spool is not None:
+            try:
+                self.spool.append(orjson.dumps(event))
+            except OSError as exc:  # disk full: the event still goes out from memory
+                self.spool_errors += 1
+                log.error("ledger spool write failed: %s", exc)
         if len(self.queue) >= self.max_backlog:
             self.queue.popleft()
             self.dropped += 1
@@ -65,7 +150,16 @@ class LedgerWriter:
                 self.queue.popleft()
             done += n
             self.written += n
+        # No await since the queue emptied: nothing was spooled that is not on the stream.
+        if self.spool is not None:
+            self.spool.clear()
         return done
+
+    def close(self) -> None:
+        """Give up the spool: removed when everything reached the stream, else left for
+        the next gateway process to send on."""
+        if self.spool is not None:
+            self.spool.close(remove=not self.queue)
 
     async def run(self) -> None:
         while True:

@@ -65,6 +65,26 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
     chunk = ctx.first_chunk
     it = resp.sluice_iter
     hooks = list(ctx.stream_hooks)
+    finished = False
+
+    def finish() -> None:
+        """Close the books before the last byte leaves (so a gateway killed after the
+        client saw ``[DONE]`` has already spooled the ledger event), exactly once."""
+        nonlocal finished
+        if finished:
+            return
+        finished = True
+        if failed and ctx.gw is not None and ctx.tier:
+            ctx.gw.metrics.stream_errors.labels(ctx.tier["name"]).inc()
+        for hook in hooks:
+            try:
+                hook.done()
+            except Exception:  # noqa: BLE001 - reporting only
+                log.exception("request %s: stream hook done() failed", ctx.request_id)
+        if collect is not None and not failed and ctx.status == 200:
+            ctx.collected = collected_response(collect, ctx.usage)
+        on_done(ctx)
+
     try:
         while True:
             if b"\r" in chunk:
@@ -112,28 +132,21 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
             failed = True
             ctx.status, ctx.error = 502, "upstream_truncated"
             yield error_event("The upstream ended the stream early.", "upstream_truncated")
+        finish()
         yield DONE
     except (http1.HTTPClientError, OSError) as exc:
         failed = True
         ctx.status, ctx.error = 502, "upstream_disconnected"
         log.warning("request %s: upstream failed mid-stream: %r", ctx.request_id, exc)
         yield error_event("The upstream failed during the response.", "upstream_disconnected")
+        finish()
         yield DONE
     except BaseException:
         # Client went away (cancelled): account what was served, then let it unwind.
-        if ctx.status == 200:
+        if ctx.status == 200 and not finished:
             ctx.status, ctx.error = 499, "client_closed"
         raise
     finally:
-        if failed and ctx.gw is not None and ctx.tier:
-            ctx.gw.metrics.stream_errors.labels(ctx.tier["name"]).inc()
-        for hook in hooks:
-            try:
-                hook.done()
-            except Exception:  # noqa: BLE001 - reporting only
-                log.exception("request %s: stream hook done() failed", ctx.request_id)
-        if collect is not None and not failed and ctx.status == 200:
-            ctx.collected = collected_response(collect, ctx.usage)
-        on_done(ctx)
+        finish()
         with anyio.CancelScope(shield=True):
             await resp.aclose()

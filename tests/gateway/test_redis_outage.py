@@ -61,7 +61,8 @@ def test_gateway_survives_redis_outage(app, gateway, fake_replicas, frontier, pr
     r.set(f"{ns}:snapshot:data", json.dumps(snap))
     r.set(f"{ns}:snapshot:version", 1)
     gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
-                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1}),
+                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1,
+                                       "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool")}),
                 log_dir=tmp_path)
     try:
         auth = {"authorization": f"Bearer {world.key}"}
