@@ -46,9 +46,19 @@ def _ensure_group(r: redis_lib.Redis, stream: str, group: str) -> None:
             raise
 
 
+# Each column's type, applied before the insert: a malformed event raises here and is
+# moved aside, instead of failing its whole batch's commit again at every drain.
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "status": int, "prompt_tokens": int, "cached_tokens": int, "completion_tokens": int,
+    "escalated": bool, "ttft_ms": lambda v: None if v is None else float(v),
+    "latency_ms": lambda v: None if v is None else float(v),
+    "tier": lambda v: str(v)[:64], "model": lambda v: str(v)[:200],
+    "cache": lambda v: str(v)[:16]}
+
+
 def row_from_event(ev: dict[str, Any]) -> dict[str, Any]:
     """A ledger_entries row from a gateway event (raises on a malformed one)."""
-    row = {c: ev[c] for c in _COLUMNS if c in ev}
+    row = {c: _COERCE.get(c, lambda v: v)(ev[c]) for c in _COLUMNS if c in ev}
     row["request_id"] = str(ev["request_id"])[:64]
     row["tenant_id"] = int(ev["tenant_id"])
     row["workflow"] = str(ev.get("workflow") or "")[:64]
@@ -100,11 +110,20 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list]:
     for entry_id, fields in entries:
         try:
             events = orjson.loads(fields[b"b"]) if b"b" in fields else [orjson.loads(fields[b"e"])]
-            parsed = [(ev, row_from_event(ev)) for ev in events]
+            if not isinstance(events, list):
+                raise ValueError("a batch entry must hold a JSON array")
         except Exception as exc:  # noqa: BLE001 - a poison entry must not block the stream
             log.error("ledger entry %s is malformed (%s); moved aside", entry_id, exc)
             bad.append((entry_id, fields))
             continue
+        parsed = []
+        for ev in events:
+            try:
+                parsed.append((ev, row_from_event(ev)))
+            except Exception as exc:  # noqa: BLE001 - only the bad event is moved aside
+                log.error("ledger entry %s holds a malformed event (%s); moved aside",
+                          entry_id, exc)
+                bad.append((entry_id, {b"e": orjson.dumps(ev)}))
         for ev, row in parsed:
             rows.setdefault(row["request_id"], row)
             if row["workflow"]:

@@ -122,3 +122,19 @@ def test_new_workflows_reach_the_gateway_snapshot(app, redis_client):
     drain_stream()
     snap = orjson.loads(redis_client.get(keys().k("snapshot", "data")))
     assert f"{t.id}:wf-new" in snap["workflows"]
+
+
+def test_a_bad_event_in_a_gateway_batch_is_moved_aside_alone(app, redis_client):
+    """A batch entry (field ``b``) with one event the table cannot take: the others land,
+    the bad one goes to the dead stream, and the stream is not stuck on it."""
+    t = TenantFactory()
+    stream, dead = keys().k("ledger", "stream"), keys().k("ledger", "dead")
+    bad = {**event(t.id, 2), "status": "not-a-number"}
+    dead_before = redis_client.xlen(dead)
+    redis_client.xadd(stream, {"b": orjson.dumps([event(t.id, 1), bad, event(t.id, 3)])})
+    assert drain_stream() == 2
+    assert count(t.id) == 2
+    assert pending(redis_client) == 0
+    moved = redis_client.xrange(dead)[dead_before:]
+    assert [orjson.loads(f[b"e"])["request_id"] for _, f in moved] == [bad["request_id"]]
+    assert drain_stream() == 0  # nothing left to retry
