@@ -7,7 +7,7 @@ A trace is a plain dict, one per served request, as the ledger can supply it::
      "tier_rank": 1,                    # the tier whose answer was served
      "prompt_tokens": 420, "completion_tokens": 60,   # or "costs": {"1": usd, "2": .., "3": ..}
      "schema_valid": True | False | None,   # S05 validation of the output against the schema
-     "feedback": "pass" | "fail" | None,    # the client's POST /v1/feedback
+     "feedback": {"pass": bool, ...} | "pass" | "fail" | None,  # POST /v1/feedback
      "shadow": {"1": True, "2": False},     # shadow runs judged against the frontier (later)
      "escalated_from": [1]}                 # tiers the margin monitor aborted
 
@@ -29,10 +29,22 @@ import numpy as np
 from app.core import router_model as rm
 
 
-def outcome(trace: Mapping[str, Any]) -> bool | None:
-    fb = trace.get("feedback")
+def feedback_verdict(fb: Any) -> bool | None:
+    """The client's verdict as the ledger drain stores it (``{"pass": bool, "note", "at"}``),
+    or the plain "pass"/"fail" string; None when there is none."""
+    if isinstance(fb, Mapping):
+        fb = fb.get("pass")
+    if isinstance(fb, bool):
+        return fb
     if fb in ("pass", "fail"):
         return fb == "pass"
+    return None
+
+
+def outcome(trace: Mapping[str, Any]) -> bool | None:
+    verdict = feedback_verdict(trace.get("feedback"))
+    if verdict is not None:
+        return verdict
     sv = trace.get("schema_valid")
     return None if sv is None else bool(sv)
 

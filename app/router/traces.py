@@ -1,9 +1,10 @@
 """Router training traces read from the ledger (the gateway logs them in the payload).
 
 What the gateway writes into ``LedgerEntry.payload`` for a request to be a trace:
-``router_features`` (the S01 vector), ``tier_rank`` (the tier served), and when known
-``schema_valid``, ``feedback`` ("pass"/"fail", from POST /v1/feedback), ``shadow``
-({rank: bool}) and ``escalated_from`` ([ranks the margin monitor aborted]).
+``router_features`` (the S01 vector), ``tier_rank`` (the tier served),
+``escalated_from`` ([ranks the margin monitor aborted]) and, from S05,
+``pipeline.schema_valid``; the ledger drain adds ``feedback`` (``{"pass": bool, "note",
+"at"}`` from POST /v1/feedback) and shadow runs ``shadow`` ({rank: bool}).
 """
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from app.extensions import db
 from app.ledger.models import LedgerEntry
 from app.router.service import scope_tenant_id
 
-TRACE_FIELDS = ("schema_valid", "feedback", "shadow", "escalated_from")
+TRACE_FIELDS = ("feedback", "shadow", "escalated_from")
+
+
+def schema_valid(payload: dict[str, Any]) -> bool | None:
+    """S05's verdict: the gateway keeps it with the pipeline telemetry (top level accepted)."""
+    if payload.get("schema_valid") is not None:
+        return payload["schema_valid"]
+    return (payload.get("pipeline") or {}).get("schema_valid")
 
 
 def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
@@ -31,7 +39,7 @@ def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
             continue
         out.append({"request_id": row.request_id, "features": p["router_features"],
                     "tier_rank": int(p["tier_rank"]), "prompt_tokens": row.prompt_tokens,
-                    "completion_tokens": row.completion_tokens,
+                    "completion_tokens": row.completion_tokens, "schema_valid": schema_valid(p),
                     **{k: p.get(k) for k in TRACE_FIELDS}})
     return out
 

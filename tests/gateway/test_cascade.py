@@ -70,15 +70,38 @@ def test_router_picks_the_cheapest_tier_that_reaches_its_tau(q1, q2, tier):
     assert len(ctx.router_features) == feature_dim()
 
 
-def test_no_router_or_a_broken_one_is_tier2_and_never_embeds():
+def test_no_router_or_a_broken_one_is_tier2_and_still_logs_a_trace():
     ctx = routed_ctx(None)
     assert route(ctx) == "tier-2" and ctx.telemetry["route_reason"] == "no_router"
-    assert ctx.embedding is None  # no router: nobody paid for an embedding
+    # the first router of a scope learns from exactly these requests: features are logged
+    assert ctx.embedding is not None and len(ctx.router_features) == feature_dim()
+    assert ctx.router_score is None
     ctx = routed_ctx(router_params(0.9, 0.9, dim=4))  # loads, cannot score a real request
     ctx.embedding = np.zeros(384, dtype=np.float32)
     assert route(ctx) == "tier-2" and ctx.telemetry["route_reason"] == "router_error"
+    assert len(ctx.router_features) == feature_dim()
     young = routed_ctx(router_params(0.9, 0.9), workflow_age_h=1)
+    young.embedding = np.ones(384, dtype=np.float32)  # S00's embedding is reused, not remade
     assert route(young) == "tier-3" and young.telemetry["route_reason"] == "frontier_first"
+    assert np.array_equal(young.router_features[:384], young.embedding)
+
+
+def test_explicit_tier_logs_features_only_when_s00_embedded():
+    for embedded in (False, True):
+        ctx = routed_ctx(None)
+        ctx.requested_tier = min(ctx.snapshot.all_tiers, key=lambda t: t["rank"])
+        if embedded:
+            ctx.embedding = np.zeros(384, dtype=np.float32)
+        assert route(ctx) == "tier-1" and ctx.telemetry["route_reason"] == "explicit"
+        assert (ctx.router_features is not None) is embedded
+        assert ctx.embedding is None or embedded  # never embedded for the trace alone
+
+
+def test_a_failing_trace_embedding_never_changes_the_route():
+    ctx = routed_ctx(None, workflow_age_h=1)
+    ctx.embedding = "not a vector"  # S00 left something features cannot be made from
+    assert route(ctx) == "tier-3" and ctx.telemetry["route_reason"] == "frontier_first"
+    assert ctx.router_features is None and ctx.telemetry["router_features_error"]
 
 
 # ---- through the gateway ---------------------------------------------------------------

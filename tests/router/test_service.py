@@ -24,6 +24,10 @@ def test_tier_labels_rules():
     assert ev.tier_labels({"tier_rank": 2, "schema_valid": True, "escalated_from": [1]}) == [0, 1, 1]
     assert ev.tier_labels({"tier_rank": 3, "feedback": "pass", "shadow": {"1": True}}) == [1, None, 1]
     assert ev.tier_labels({"tier_rank": 1}) == [None, None, None]
+    # feedback as the ledger drain stores it; S05's verdict as the ledger reader passes it on
+    assert ev.tier_labels({"tier_rank": 2, "feedback": {"pass": False, "note": ""}}) == [0, 0, None]
+    assert ev.tier_labels({"tier_rank": 2, "schema_valid": False,
+                           "feedback": {"pass": True}}) == [None, 1, 1]
 
 
 def test_held_out_split_is_stable():
@@ -119,7 +123,8 @@ def test_training_from_ledger_rows(app, redis_client):
             request_id=tr["request_id"], tenant_id=t.id, workflow="wfA", tier="frontier",
             prompt_tokens=1000, completion_tokens=100,
             payload={"router_features": tr["features"], "tier_rank": 3,
-                     "feedback": "pass", "shadow": tr["shadow"]}))
+                     "feedback": {"pass": True, "note": "", "at": None},
+                     "shadow": tr["shadow"]}))
     db.session.add(LedgerEntry(request_id="other-wf", tenant_id=t.id, workflow="wfB",
                                payload={"router_features": [0, 0, 0, 0], "tier_rank": 1}))
     db.session.add(LedgerEntry(request_id="no-features", tenant_id=t.id, workflow="wfA",

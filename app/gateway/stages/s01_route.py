@@ -5,8 +5,13 @@ policy has ``allow_explicit_tier`` off). ``auto`` sends a new workflow (unknown,
 younger than the policy's ``frontier_first_hours``) to the frontier tier; otherwise the
 calibrated router active for the request's scope (``gw.routers``, published by the
 control plane) picks the cheapest tier with q_k ≥ τ_k (policy ``router_tau_1/2``). Its
-input is the request's one embedding (S00's, or made here only when a router exists,
-so requests without one never pay for it) plus structural features.
+input is the request's one embedding (S00's, or made here) plus structural features.
+
+Every ``auto`` request logs that feature vector (``ctx.router_features``, a training
+trace), whoever chose its tier: the frontier-first and no-router requests are what the
+first router of a scope learns from. An explicit-tier request logs it only when S00
+already made the embedding (free). Computing the vector for a trace never changes the
+route: a failure there is recorded in the telemetry and the request goes on.
 
 No router for the scope, or a router that cannot score the request, goes to
 S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use).
@@ -73,30 +78,44 @@ def features(ctx: RequestContext) -> np.ndarray:
                             workflow=ctx.workflow_signature or None)
 
 
+async def trace_features(ctx: RequestContext, *, embed: bool = True) -> None:
+    """Log the feature vector of a request the router did not decide (never raises)."""
+    try:
+        if ctx.embedding is None:
+            if not embed:
+                return
+            await anyio.to_thread.run_sync(s00_cache.embedding, ctx)
+        ctx.router_features = features(ctx)
+    except Exception as exc:  # noqa: BLE001 - a missing trace must not change the route
+        ctx.telemetry["router_features_error"] = f"{type(exc).__name__}: {exc}"[:200]
+
+
 async def run(ctx: RequestContext) -> str:
     if ctx.requested_tier is not None:
         ctx.tier = ctx.requested_tier
         ctx.telemetry["route_reason"] = "explicit"
+        await trace_features(ctx, embed=False)
         return "S02_SCHEMA_MINIFY"
     tiers = _allowed(ctx)
     if is_new_workflow(ctx.workflow, float(ctx.policy.get("frontier_first_hours") or 0)):
         ctx.tier = tiers[-1]
         ctx.telemetry["route_reason"] = "frontier_first"
+        await trace_features(ctx)
         return "S02_SCHEMA_MINIFY"
     router = active_router(ctx)
     if router is None:
         ctx.telemetry["route_reason"] = "no_router"
+        await trace_features(ctx)
         return DEFAULT_TIER2
     if ctx.embedding is None:
         await anyio.to_thread.run_sync(s00_cache.embedding, ctx)
-    x = features(ctx)
+    x = ctx.router_features = features(ctx)
     decision = rm.route_decision(router, x, rm.taus_from_policy(ctx.policy))
     if decision.reason == rm.S01_DEFAULT_TIER2:
         ctx.telemetry["route_reason"] = "router_error"
         ctx.telemetry["router_error"] = decision.error
         return DEFAULT_TIER2
     ctx.tier = tier_for_rank(tiers, decision.tier_rank)
-    ctx.router_features = x
     # Complexity: how likely the cheapest tier is to miss the quality bar.
     ctx.router_score = round(1.0 - decision.scores[min(decision.scores)], 6)
     ctx.telemetry["router_scores"] = {str(k): round(v, 6) for k, v in decision.scores.items()}
