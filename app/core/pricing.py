@@ -1,6 +1,16 @@
-"""Request cost from a tier's price table (USD per 1M tokens). Pure, exact (Decimal)."""
+"""Request cost from a tier's price table (USD per 1M tokens). Pure, exact (Decimal).
+
+A tier from the config snapshot may carry a ``price_schedule``: its effective-dated price
+changes (``app.finops.models.TierPrice``), each ``{"from_ts": epoch seconds,
+"price_input_per_m", "price_cached_input_per_m", "price_output_per_m"}``, sorted by
+``from_ts``. The tier's own prices apply before the first change; a change applies from
+its instant on. Every booking prices a request at the instant it is booked
+(``book_cost``), so a price change takes effect at its date without a config push.
+"""
 from __future__ import annotations
 
+import time
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, Mapping, Sequence
 
@@ -13,12 +23,37 @@ def _price(prices: Mapping[str, Any], key: str) -> Decimal:
     return raw if isinstance(raw, Decimal) else Decimal(str(raw))
 
 
+def _epoch(at: datetime | float | None) -> float:
+    if at is None:
+        return time.time()
+    return at.timestamp() if isinstance(at, datetime) else float(at)
+
+
+def prices_at(tier: Mapping[str, Any], at: datetime | float | None = None) -> Mapping[str, Any]:
+    """The per-1M prices of ``tier`` in force at ``at`` (a datetime or epoch seconds;
+    None: now): the last ``price_schedule`` entry with ``from_ts <= at``, else the tier's
+    own prices."""
+    schedule = tier.get("price_schedule") or ()
+    if not schedule:
+        return tier
+    ts = _epoch(at)
+    current: Mapping[str, Any] = tier
+    for change in schedule:
+        if float(change["from_ts"]) <= ts:
+            current = change
+        else:
+            break
+    return current
+
+
 def request_cost(prices: Mapping[str, Any], prompt_tokens: int, cached_tokens: int,
                  completion_tokens: int) -> Decimal:
     """(uncached_in * in + cached * cached_in + out * out) / 1e6.
 
     ``cached_tokens`` is the part of ``prompt_tokens`` the engine reused; it is clamped
     to [0, prompt_tokens] so a misreporting upstream can never make a cost negative.
+    ``prices`` is a price table (a tier's own prices or one schedule entry); use
+    ``tier_cost`` for a tier at an instant.
     """
     prompt = max(int(prompt_tokens or 0), 0)
     cached = min(max(int(cached_tokens or 0), 0), prompt)
@@ -27,16 +62,41 @@ def request_cost(prices: Mapping[str, Any], prompt_tokens: int, cached_tokens: i
     return ((prompt - cached) * p_in + cached * p_cached + out * p_out) / MILLION
 
 
+def tier_cost(tier: Mapping[str, Any], at: datetime | float | None, prompt_tokens: int,
+              cached_tokens: int, completion_tokens: int) -> Decimal:
+    """``request_cost`` at the tier's price in force at ``at``."""
+    return request_cost(prices_at(tier, at), prompt_tokens, cached_tokens, completion_tokens)
+
+
 def baseline_tier(tiers: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The frontier tier: the highest rank."""
     return max(tiers, key=lambda t: t["rank"], default=None)
 
 
 def baseline_cost(tiers: Sequence[Mapping[str, Any]], prompt_tokens: int,
-                  completion_tokens: int) -> Decimal:
-    """What the same tokens would have cost on the frontier tier with no engine prefix
-    reuse and no cache: the number savings are measured against."""
+                  completion_tokens: int, at: datetime | float | None = None) -> Decimal:
+    """What the same tokens would have cost on the frontier tier (at its price in force
+    at ``at``) with no engine prefix reuse and no cache: what savings are measured
+    against."""
     top = baseline_tier(tiers)
     if top is None:
         return Decimal(0)
-    return request_cost(top, prompt_tokens, 0, completion_tokens)
+    return tier_cost(top, at, prompt_tokens, 0, completion_tokens)
+
+
+def book_cost(tiers: Sequence[Mapping[str, Any]], served: Mapping[str, Any] | None,
+              at: datetime | float | None, prompt_tokens: int, cached_tokens: int,
+              completion_tokens: int, baseline_completion_tokens: int | None = None
+              ) -> tuple[Decimal, Decimal]:
+    """(cost, frontier baseline) the ledger books for a request finished at ``at`` on
+    tier ``served`` (None: nothing was generated, e.g. a cache hit, which costs 0).
+
+    For a self-hosted pool tier the cost is its per-token price: a real-time estimate
+    that the GPU-hour allocation replaces in the FinOps rollups
+    (``app.finops.rollups.allocate_gpu_hours``). ``baseline_completion_tokens``: the
+    output the frontier would have generated (before key minification); default the
+    completion tokens."""
+    cost = tier_cost(served, at, prompt_tokens, cached_tokens, completion_tokens) \
+        if served else Decimal(0)
+    out = completion_tokens if baseline_completion_tokens is None else baseline_completion_tokens
+    return cost, baseline_cost(tiers, prompt_tokens, out, at)

@@ -1,5 +1,5 @@
-"""FinOps operations: adjustments, budgets (SQL side, alerts, Redis mirror), rollup runs,
-and the price schedules the cost model reads."""
+"""FinOps operations: adjustments, budgets (SQL side, alerts, Redis mirror) and rollup
+runs. Prices live in ``app.finops.prices``."""
 from __future__ import annotations
 
 import logging
@@ -13,13 +13,12 @@ import sqlalchemy as sa
 from flask import current_app
 
 from app.audit.service import record
-from app.catalog.models import Tier
 from app.core import costing
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.finops import budget as rb
 from app.finops import rollups
-from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, TierPrice
+from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert
 from app.ledger.models import LedgerEntry
 from app.redis_client import get_redis
 from app.tenants.models import Tenant
@@ -268,20 +267,3 @@ def run_rollups() -> dict[str, str]:
     if new_mark != mark:
         redis.set(key, new_mark)
     return counts
-
-
-# --- prices ---------------------------------------------------------------------------
-
-def price_schedules() -> dict[str, tuple[int, list[costing.Price]]]:
-    """tier name -> (rank, price schedule) for the cost model."""
-    changes: dict[int, list[dict]] = {}
-    for p in db.session.scalars(sa.select(TierPrice)):
-        changes.setdefault(p.tier_id, []).append(
-            {"effective_from": p.effective_from, "price_input_per_m": p.price_input_per_m,
-             "price_cached_input_per_m": p.price_cached_input_per_m,
-             "price_output_per_m": p.price_output_per_m})
-    return {t.name: (t.rank, costing.price_schedule(
-        {"price_input_per_m": t.price_input_per_m,
-         "price_cached_input_per_m": t.price_cached_input_per_m,
-         "price_output_per_m": t.price_output_per_m}, changes.get(t.id, [])))
-        for t in db.session.scalars(sa.select(Tier))}

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence, Tuple
 
 from app.core import costing
 from app.finops.rollups import month_range
@@ -49,14 +49,32 @@ class SimWorkflow:
     category: str
 
 
+# (tier served or None for a cache hit, at, prompt, cached, completion, raw completion)
+#   -> (cost, frontier baseline)
+Pricer = Callable[[Optional[SimTier], datetime, int, int, int, int], Tuple[Decimal, Decimal]]
+
+
+def schedule_pricer(tiers: Sequence[SimTier]) -> Pricer:
+    """Prices from the SimTiers' own schedules (the cost model on plain data)."""
+    frontier = tiers[-1].schedule
+
+    def price(tier, at, prompt, cached, completion, raw):
+        cost = Decimal(0) if tier is None else costing.request_cost(
+            costing.price_at(tier.schedule, at), prompt, cached, completion)
+        return cost, costing.baseline_cost(frontier, at, prompt, raw)
+    return price
+
+
 def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequence[SimTier],
-                   n: int, *, seed: int = 7, prefix: str = "sim") -> Iterator[dict]:
+                   n: int, *, seed: int = 7, prefix: str = "sim",
+                   price: Pricer | None = None) -> Iterator[dict]:
     """``n`` ledger rows spread over ``period``. ``tiers`` go cheapest first; the last is
-    the frontier (the baseline)."""
+    the frontier (the baseline). ``price`` books each request (default: the tiers' own
+    schedules); tests pass the gateway's booking function over a config snapshot."""
     rnd = random.Random(seed)
     start, end = month_range(period)
     span = (end - start).total_seconds()
-    frontier = tiers[-1].schedule
+    price = price or schedule_pricer(tiers)
     by_cat: dict[str, list[SimWorkflow]] = {}
     for wf in workflows:
         by_cat.setdefault(wf.category, []).append(wf)
@@ -69,7 +87,6 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
         prompt = max(int(rnd.lognormvariate(0, 0.5) * co.prompt), 16)
         completion = max(int(rnd.lognormvariate(0, 0.5) * co.completion), 1)
         raw = int(completion / (1 - co.minify)) if co.minify else completion
-        baseline = costing.baseline_cost(frontier, at, prompt, raw)
         r = rnd.random()
         cache = "semantic" if r < co.semantic_hit else \
             "exact" if r < co.semantic_hit + co.exact_hit else "miss"
@@ -79,11 +96,11 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
         tier = tiers[rank]
         if cache == "miss":
             cached = min(int(prompt * min(max(rnd.gauss(co.prefix_hit, 0.05), 0), 1)), prompt)
-            cost = costing.request_cost(costing.price_at(tier.schedule, at), prompt, cached,
-                                        completion)
             ttft = round(rnd.lognormvariate(0, 0.25) * co.ttft_ms * (1 + 0.6 * rank), 2)
         else:
-            cached, cost, ttft = 0, Decimal(0), round(rnd.uniform(2.0, 6.0), 2)
+            cached, ttft = 0, round(rnd.uniform(2.0, 6.0), 2)
+        cost, baseline = price(tier if cache == "miss" else None, at, prompt, cached,
+                               completion, raw)
         yield {
             "request_id": f"{prefix}-{seed}-{i}", "kind": "request", "at": at,
             "tenant_id": wf.tenant_id, "workflow": wf.signature,
@@ -123,3 +140,24 @@ def default_tiers(price_change_at: datetime | None = None) -> list[SimTier]:
 def mid_month(period: str) -> datetime:
     start, _ = month_range(period)
     return start.replace(day=15, hour=12, tzinfo=timezone.utc)
+
+
+def add_catalog(tiers: Sequence[SimTier]) -> None:
+    """Tier rows (rank = position) and their TierPrice changes for ``tiers``, in the
+    session (the caller commits): the catalog the gateway's snapshot prices from."""
+    from app.catalog.models import Tier
+    from app.extensions import db
+    from app.finops.models import TierPrice
+    for rank, t in enumerate(tiers, start=1):
+        base = t.schedule[0]
+        row = Tier(name=t.name, rank=rank, model=t.model, upstream_kind="external",
+                   price_input_per_m=base.input_per_m,
+                   price_cached_input_per_m=base.cached_input_per_m,
+                   price_output_per_m=base.output_per_m)
+        db.session.add(row)
+        db.session.flush()
+        for p in t.schedule[1:]:
+            db.session.add(TierPrice(tier_id=row.id, effective_from=p.effective_from,
+                                     price_input_per_m=p.input_per_m,
+                                     price_cached_input_per_m=p.cached_input_per_m,
+                                     price_output_per_m=p.output_per_m))

@@ -16,7 +16,7 @@ from flask_login import current_user, login_required
 from app.api.views import api_auth, body
 from app.core.costing import cents
 from app.errors import Forbidden, ServiceError
-from app.finops import charts, reports, rollups, service
+from app.finops import charts, prices, reports, rollups, service
 
 bp = Blueprint("finops", __name__, url_prefix="/finops")
 api_bp = Blueprint("finops_api", __name__)  # registered under /api/v1
@@ -119,6 +119,32 @@ def budget_delete(tenant_id: int):
     service.delete_budget(current_user, tenant_id)
     flash("Budget removed.", "info")
     return redirect(url_for("finops.budgets"))
+
+
+@bp.route("/prices", methods=["GET", "POST"])
+@login_required
+def price_book():
+    """Tier price changes and GPU hourly rates, in force now and scheduled."""
+    errors, values, status = {}, {}, 200
+    if request.method == "POST":
+        kind = request.form.get("kind", "")
+        values = {k: request.form.get(k, "") for k in request.form if k != "csrf_token"}
+        try:
+            if kind == "tier":
+                prices.add_tier_price(current_user, request.form.get("tier_id"), values)
+                flash("Price change scheduled; gateways book it from its date on.", "info")
+            else:
+                prices.add_gpu_rate(current_user, values)
+                flash("GPU rate scheduled; pool hours are priced with it from its date on.",
+                      "info")
+            return redirect(url_for("finops.price_book"))
+        except ServiceError as exc:
+            if isinstance(exc, Forbidden):
+                raise
+            errors, status = exc.errors, exc.status
+            flash(exc.message, "error")
+    return render_template("finops/prices.html", book=prices.price_book(), errors=errors,
+                           values=values, can_manage=current_user.can("budget.manage")), status
 
 
 @bp.route("/adjustments", methods=["POST"])
@@ -262,3 +288,28 @@ def api_rebuild():
     data = request.get_json(silent=True) or {}
     period = reports.parse_period(data.get("period"), data.get("start"), data.get("end"))
     return jsonify(_json({"period": period, "differences": _rebuild(g.api_user, period)}))
+
+
+@api_bp.route("/finops/prices")
+@api_auth
+def api_prices():
+    return jsonify(_json(prices.price_book()))
+
+
+@api_bp.route("/finops/tiers/<int:tier_id>/prices", methods=["POST"])
+@api_auth
+def api_tier_price_add(tier_id: int):
+    row = prices.add_tier_price(g.api_user, tier_id, body())
+    return jsonify(_json({"id": row.id, "tier_id": row.tier_id,
+                          "effective_from": row.effective_from,
+                          "price_input_per_m": row.price_input_per_m,
+                          "price_cached_input_per_m": row.price_cached_input_per_m,
+                          "price_output_per_m": row.price_output_per_m})), 201
+
+
+@api_bp.route("/finops/gpu-rates", methods=["POST"])
+@api_auth
+def api_gpu_rate_add():
+    row = prices.add_gpu_rate(g.api_user, body())
+    return jsonify(_json({"id": row.id, "gpu_type": row.gpu_type, "hourly_usd": row.hourly_usd,
+                          "effective_from": row.effective_from})), 201

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 import orjson
 
+from app.core.pricing import prices_at
 from app.finops import budget as rb
 from app.gateway.errors import GatewayError
 
@@ -54,8 +55,9 @@ def estimate_usd(body: dict, tiers: list[dict], max_tokens_cap: int) -> Decimal:
     out = min(int(out), max_tokens_cap) * int(body.get("n") or 1)
     worst = Decimal(0)
     for t in tiers:
-        cost = (prompt * Decimal(str(t.get("price_input_per_m") or 0))
-                + out * Decimal(str(t.get("price_output_per_m") or 0))) / MILLION
+        prices = prices_at(t)  # the price in force now (effective-dated schedule)
+        cost = (prompt * Decimal(str(prices.get("price_input_per_m") or 0))
+                + out * Decimal(str(prices.get("price_output_per_m") or 0))) / MILLION
         worst = max(worst, cost)
     return worst
 

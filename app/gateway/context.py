@@ -80,7 +80,7 @@ class RequestContext:
     def record_attempt(self, reason: str) -> None:
         """Book the current attempt's usage as a discarded attempt (a schema retry, an
         escalation): the ledger pays for it on top of the answer served."""
-        from app.core.pricing import request_cost
+        from app.core.pricing import tier_cost
         usage = self.usage or {}
         details = usage.get("prompt_tokens_details") or {}
         p, c = int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0)
@@ -88,7 +88,7 @@ class RequestContext:
         self.attempts.append({"tier": (self.tier or {}).get("name"), "reason": reason,
                               "replica": (self.replica or {}).get("name"),
                               "prompt_tokens": p, "cached_tokens": c, "completion_tokens": o,
-                              "cost_usd": f"{request_cost(self.tier or {}, p, c, o):f}"})
+                              "cost_usd": f"{tier_cost(self.tier or {}, None, p, c, o):f}"})
         self.usage = {}
 
     def elapsed_ms(self) -> float:

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.core.pricing import baseline_cost, request_cost
+from app.core.pricing import book_cost
 from app.gateway.context import RequestContext
 
 PROTOCOL = "sluice-gateway-1"
@@ -109,9 +109,10 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
     prompt, cached, out = usage_tokens(ctx.usage)
     tier = ctx.tier or {}
     served = ctx.cache == "miss" and bool(tier)
-    cost = request_cost(tier, prompt, cached, out) if served else Decimal(0)
+    at = datetime.now(timezone.utc)  # priced at the price in force when booked
+    cost, baseline = book_cost(ctx.snapshot.all_tiers, tier if served else None, at,
+                               prompt, cached, out)
     cost += sum((Decimal(a["cost_usd"]) for a in ctx.attempts), Decimal(0))
-    baseline = baseline_cost(ctx.snapshot.all_tiers, prompt, out)
     tier_name = tier.get("name", "") if served else ""
     computed = max(prompt - cached, 0)
     record = {
@@ -157,7 +158,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
                         (prompt, cached, out), cost, baseline, _escalation(ctx))
     ctx.telemetry["cost_usd"] = cost
     return {
-        "request_id": ctx.request_id, "at": datetime.now(timezone.utc).isoformat(),
+        "request_id": ctx.request_id, "at": at.isoformat(),
         "tenant_id": ctx.tenant["id"], "workflow": ctx.workflow_signature,
         "workflow_name": ctx.workflow_name, "tier": tier_name,
         "model": ctx.snapshot.served_model(tier) if served else "",

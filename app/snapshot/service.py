@@ -45,6 +45,8 @@ def build_snapshot() -> dict[str, Any]:
             "replicas": [{"id": r.id, "name": r.name, "url": r.url, "state": r.state,
                           "weight": r.weight} for r in p.replicas if r.state != "stopped"],
         }
+    from app.finops.prices import snapshot_schedules
+    schedules = snapshot_schedules()  # effective-dated price changes (app.core.pricing)
     tiers = []
     for t in db.session.scalars(db.select(Tier).order_by(Tier.rank)):
         tiers.append({
@@ -52,6 +54,7 @@ def build_snapshot() -> dict[str, Any]:
             "price_input_per_m": str(t.price_input_per_m),
             "price_cached_input_per_m": str(t.price_cached_input_per_m),
             "price_output_per_m": str(t.price_output_per_m),
+            "price_schedule": schedules.get(t.id, []),
             "upstream_kind": t.upstream_kind,
             "pool_id": t.pool_id, "endpoint_url": t.endpoint_url,
             "api_key_env": t.api_key_env, "timeout_s": t.timeout_s, "enabled": t.enabled,

@@ -34,3 +34,22 @@ def test_cached_clamped_to_prompt():
 def test_cost_never_negative_and_never_above_baseline(prompt, cached, out):
     cost = request_cost(T1, prompt, cached, out)
     assert 0 <= cost <= baseline_cost([T1, T3], prompt, out)
+
+
+def test_schedule_price_applies_from_its_instant_on():
+    from datetime import datetime, timezone
+
+    from app.core.pricing import prices_at, tier_cost
+    t0 = datetime(2027, 1, 1, tzinfo=timezone.utc)
+    t1 = datetime(2027, 2, 1, tzinfo=timezone.utc)
+    tier = {**T1, "price_schedule": [
+        {"from_ts": t0.timestamp(), "price_input_per_m": "0.05",
+         "price_cached_input_per_m": "0.01", "price_output_per_m": "0.15"},
+        {"from_ts": t1.timestamp(), "price_input_per_m": "0.04",
+         "price_cached_input_per_m": "0.01", "price_output_per_m": "0.12"}]}
+    assert prices_at(tier, t0.timestamp() - 1) is tier
+    assert prices_at(tier, t0)["price_input_per_m"] == "0.05"
+    assert prices_at(tier, t1)["price_output_per_m"] == "0.12"
+    assert tier_cost(tier, t1, 1000, 0, 1000) == Decimal("0.00016")
+    assert baseline_cost([T1, {**T3, "rank": 4, "price_schedule": tier["price_schedule"]}],
+                         1000, 1000, t1) == Decimal("0.00016")

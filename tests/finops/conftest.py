@@ -4,10 +4,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from app.catalog.models import Tier
 from app.extensions import db
 from app.finops import simulate
-from app.finops.models import TierPrice
 from app.ledger.models import LedgerEntry
 from app.workflows.models import Workflow
 from tests.factories import TenantFactory
@@ -17,19 +15,7 @@ PERIOD = "2026-10"
 
 def seed_catalog(price_change_at):
     tiers = simulate.default_tiers(price_change_at)
-    for rank, t in enumerate(tiers, start=1):
-        base = t.schedule[0]
-        row = Tier(name=t.name, rank=rank, model=t.model, upstream_kind="external",
-                   price_input_per_m=base.input_per_m,
-                   price_cached_input_per_m=base.cached_input_per_m,
-                   price_output_per_m=base.output_per_m)
-        db.session.add(row)
-        db.session.flush()
-        for p in t.schedule[1:]:
-            db.session.add(TierPrice(tier_id=row.id, effective_from=p.effective_from,
-                                     price_input_per_m=p.input_per_m,
-                                     price_cached_input_per_m=p.cached_input_per_m,
-                                     price_output_per_m=p.output_per_m))
+    simulate.add_catalog(tiers)
     db.session.commit()
     return tiers
 
@@ -53,16 +39,55 @@ def insert_rows(rows, chunk=2000):
     return rows
 
 
+def gateway_pricer():
+    """The gateway's booking function (``app.core.pricing.book_cost``, what
+    ``app.gateway.telemetry.finish`` calls) over the config snapshot built from SQL: tier
+    prices with their effective-dated changes, as a gateway holds them."""
+    from app.core.pricing import book_cost
+    from app.gateway.snapshot import Snapshot
+    from app.snapshot.service import build_snapshot
+    snap = Snapshot(build_snapshot())
+
+    def price(tier, at, prompt, cached, completion, raw):
+        served = snap.tiers_by_name[tier.name] if tier is not None else None
+        return book_cost(snap.all_tiers, served, at, prompt, cached, completion, raw)
+    return price
+
+
+def book_through_ledger(rows, chunk=500):
+    """Put ``rows`` on the ledger stream as gateway events (``finish``'s shape, batched
+    like the gateway's ledger writer) and drain them into SQL with the ledger worker's
+    ``drain_stream``. Returns the events."""
+    import orjson
+
+    from app.ledger.service import drain_stream
+    from app.redis_client import get_redis, keys
+    drain_stream(max_batches=100)  # anything other tests left on the shared stream ...
+    db.session.execute(sa.delete(LedgerEntry))  # ... is not this month's traffic
+    db.session.commit()
+    events = [{**r, "at": r["at"].isoformat(), "cost_usd": f"{r['cost_usd']:f}",
+               "baseline_cost_usd": f"{r['baseline_cost_usd']:f}"} for r in rows]
+    r, stream = get_redis(), keys().k("ledger", "stream")
+    for i in range(0, len(events), chunk):
+        r.xadd(stream, {"b": orjson.dumps(events[i:i + chunk])})
+    drain_stream(max_batches=100)
+    return events
+
+
 @pytest.fixture()
 def month(app):
     """Two tenants (departments), three tiers, 3000 requests in October 2026, frontier
-    price cut on the 15th at noon."""
+    price cut on the 15th at noon (a TierPrice row). Every request is priced by the
+    gateway's booking function from the config snapshot and reaches SQL through the
+    ledger stream and its drain."""
     change = simulate.mid_month(PERIOD)
     tiers = seed_catalog(change)
     tenants = [TenantFactory(name="revops", department="Revenue Ops"),
                TenantFactory(name="legal", department="Legal")]
     wfs = seed_workflows(tenants)
-    rows = insert_rows(simulate.generate_month(PERIOD, wfs, tiers, 3000, seed=11))
+    rows = list(simulate.generate_month(PERIOD, wfs, tiers, 3000, seed=11,
+                                        price=gateway_pricer()))
+    book_through_ledger(rows)
     return {"period": PERIOD, "tiers": tiers, "tenants": tenants, "rows": rows,
             "change": change}
 

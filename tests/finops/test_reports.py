@@ -19,24 +19,31 @@ def ledger_sum(col, tenant_id=None):
     return Decimal(db.session.scalar(q))
 
 
-def test_generated_costs_follow_the_price_in_force(month):
-    frontier = month["tiers"][-1].schedule
+def test_booked_costs_follow_the_price_in_force(month):
+    """The ledger rows (priced by the gateway's booking function from the snapshot's
+    schedule, drained from the stream) switch to the frontier's new price at its instant."""
     change = month["change"]
-    rows = [r for r in month["rows"] if r["tier"] == "tier-3"]
-    before = [r for r in rows if r["at"] < change]
-    after = [r for r in rows if r["at"] >= change]
-    assert before and after
-    for r in before[:20]:  # 5 / 2.50 / 15 per 1M
-        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 5
-                + r["cached_tokens"] * Decimal("2.5") + r["completion_tokens"] * 15) / 10**6
-        assert r["cost_usd"] == costing.to_ledger(want)
-    for r in after[:20]:  # 4 / 2 / 12 per 1M
-        want = (Decimal(r["prompt_tokens"] - r["cached_tokens"]) * 4
-                + r["cached_tokens"] * 2 + r["completion_tokens"] * 12) / 10**6
-        assert r["cost_usd"] == costing.to_ledger(want)
-    r = after[0]
-    raw = r["payload"]["token_and_latency_telemetry"]["raw_schema_output_tokens_equivalent"]
-    assert r["baseline_cost_usd"] == costing.baseline_cost(frontier, r["at"], r["prompt_tokens"], raw)
+    booked = db.session.scalars(sa.select(LedgerEntry).order_by(LedgerEntry.at)).all()
+    assert len(booked) == len(month["rows"])
+    rows = [r for r in booked if r.tier == "tier-3"]
+    before = [r for r in rows if r.at < change]
+    after = [r for r in rows if r.at >= change]
+    assert len(before) > 20 and len(after) > 20
+    for r in before:  # 5 / 2.50 / 15 per 1M
+        want = (Decimal(r.prompt_tokens - r.cached_tokens) * 5
+                + r.cached_tokens * Decimal("2.5") + r.completion_tokens * 15) / 10**6
+        assert r.cost_usd == costing.to_ledger(want)
+    for r in after:  # 4 / 2 / 12 per 1M
+        want = (Decimal(r.prompt_tokens - r.cached_tokens) * 4
+                + r.cached_tokens * 2 + r.completion_tokens * 12) / 10**6
+        assert r.cost_usd == costing.to_ledger(want)
+    # the baseline follows the frontier's price too, on the unminified output
+    for r in (before[0], after[0], *[b for b in booked if b.cache != "miss"][:5]):
+        raw = r.payload["token_and_latency_telemetry"]["raw_schema_output_tokens_equivalent"]
+        price = (5, 15) if r.at < change else (4, 12)
+        assert r.baseline_cost_usd == costing.to_ledger(
+            (Decimal(r.prompt_tokens) * price[0] + raw * price[1]) / 10**6)
+    assert all(r.cost_usd == 0 for r in booked if r.cache != "miss")
 
 
 def test_ledger_rollups_and_every_report_agree_to_the_cent(month):
