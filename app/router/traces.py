@@ -46,9 +46,13 @@ def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
 
 def train_from_ledger(scope: str) -> dict[str, Any]:
     """What the ``router.train`` task runs: read the scope's traces, train, maybe promote."""
+    from app.router.schedule import training_done
     from app.router.service import train_scope
-    traces = traces_from_ledger(scope)
-    model = train_scope(scope, traces)
+    try:
+        traces = traces_from_ledger(scope)
+        model = train_scope(scope, traces)
+    finally:
+        training_done(scope)
     if model is None:
         return {"scope": scope, "traces": len(traces), "trained": False}
     return {"scope": scope, "traces": len(traces), "trained": True, "version": model.version,

@@ -56,11 +56,12 @@ def small_router_config(app, monkeypatch):
     """Thresholds sized for a few dozen requests (the service defaults want hundreds)."""
     monkeypatch.setitem(app.config, "ROUTER_MIN_LABELS", 12)
     monkeypatch.setitem(app.config, "ROUTER_MIN_HELDOUT", 1)
+    monkeypatch.setitem(app.config, "ROUTER_RETRAIN_MIN_NEW_LABELS", 20)
     return app
 
 
 def test_router_trains_from_gateway_traffic_and_client_feedback(
-        small_router_config, gateway, fake_replicas, frontier):
+        small_router_config, gateway, fake_replicas, frontier, celery_worker):
     from app.policies.service import update_policy
     from app.router.traces import train_from_ledger, traces_from_ledger
     from tests.factories import UserFactory
@@ -111,7 +112,18 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
     for rid in schema_ids:  # echo text is no JSON: schema invalid, a tier-2 fail
         assert traces[rid]["schema_valid"] is False and labels[rid][:2] == [0, 0]
 
-    # what the router.train task runs: a version trained on these traces
+    # the beat's scheduler finds the workflow (and its tenant) due and queues router.train;
+    # the real worker runs it (with the default 200-label minimum it declines to train)
+    from app.router.schedule import due_scopes, enqueue_due_training
+    due = {d["scope"]: d for d in due_scopes()}
+    assert set(due) == {scope, f"tenant:{w.tenant.id}"}
+    assert due[scope]["tiers"] == {"1": 24 + 2, "2": 12 + 24 + 2} and due[scope]["new"] == 50
+    assert set(enqueue_due_training()) == set(due)
+    assert enqueue_due_training() == []  # queued once, not again while in flight
+    celery_worker.wait_for(lambda: f"'scope': '{scope}', 'traces': 50, 'trained': False"
+                           in celery_worker.log(), what="router.train on the worker")
+
+    # what the router.train task runs, here with the small thresholds: a version
     out = train_from_ledger(scope)
     assert out["trained"] and out["version"] == 1, out
     from app.router.service import versions
@@ -122,3 +134,5 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
     easy_rows = np.asarray([e for _, e in first + second])
     q2 = rm.predict_batch(rm.load(uncalibrated(model.params)), X)[:, 1]
     assert q2[easy_rows].min() > q2[~easy_rows].max()
+    # trained on what it has: not due again until new labels arrive
+    assert scope not in {d["scope"] for d in due_scopes()}

@@ -1,0 +1,69 @@
+"""Which scopes the beat queues for training, from ledger rows shaped as the drain writes them
+(the gateway-to-ledger path itself is covered in tests/gateway/test_router_learning.py)."""
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from app.extensions import db
+from app.ledger.models import LedgerEntry
+from app.router.models import RouterModel
+from app.router.schedule import due_scopes
+from tests.factories import TenantFactory
+
+
+@pytest.fixture()
+def cfg(app, monkeypatch):
+    monkeypatch.setitem(app.config, "ROUTER_MIN_LABELS", 8)  # -> 10 before the held-out 20%
+    monkeypatch.setitem(app.config, "ROUTER_RETRAIN_MIN_NEW_LABELS", 5)
+    return app
+
+
+def add_rows(tenant_id: int, workflow: str, n: int, at: datetime, *, passed: bool | None,
+             served: int = 2, features: bool = True, tag: str = "") -> None:
+    for i in range(n):
+        payload = {"router_features": [0.1, 0.2] if features else None, "tier_rank": served,
+                   "escalated_from": None, "pipeline": {"states": [], "schema_valid": None}}
+        if passed is not None:
+            payload["feedback"] = {"pass": passed, "note": "", "at": at.isoformat()}
+        db.session.add(LedgerEntry(request_id=f"{tenant_id}-{workflow}-{tag}-{i}",
+                                   tenant_id=tenant_id, workflow=workflow, at=at, payload=payload))
+    db.session.commit()
+
+
+def test_due_when_every_cheaper_tier_has_enough_labels(cfg):
+    t = TenantFactory()
+    now = datetime.now(timezone.utc)
+    wf = f"tenant:{t.id}:wf:wfA"
+    # tier-2 passes label tiers 2 and 3 only: tier 1 still has no labels
+    add_rows(t.id, "wfA", 12, now - timedelta(hours=2), passed=True, tag="p")
+    assert due_scopes(now) == []
+    # 9 tier-2 fails (tiers 1 and 2 fail): tier 1 has 9 < 10 labels
+    add_rows(t.id, "wfA", 9, now - timedelta(hours=2), passed=False, tag="f")
+    assert due_scopes(now) == []
+    # rows without features, without a label, or outside the window do not count
+    add_rows(t.id, "wfA", 5, now, passed=False, features=False, tag="nf")
+    add_rows(t.id, "wfA", 5, now, passed=None, tag="nl")
+    add_rows(t.id, "wfA", 5, now - timedelta(days=40), passed=False, tag="old")
+    assert due_scopes(now) == []
+    add_rows(t.id, "wfA", 1, now - timedelta(hours=1), passed=False, tag="f2")
+    due = {d["scope"]: d for d in due_scopes(now)}
+    assert set(due) == {wf, f"tenant:{t.id}"}
+    assert due[wf]["tiers"] == {"1": 10, "2": 22} and due[wf]["new"] == 22
+
+
+def test_retrain_waits_for_new_labels_after_the_last_version(cfg):
+    t = TenantFactory()
+    now = datetime.now(timezone.utc)
+    wf = f"tenant:{t.id}:wf:wfA"
+    add_rows(t.id, "wfA", 12, now - timedelta(hours=3), passed=False, tag="f")
+    assert wf in {d["scope"] for d in due_scopes(now)}
+    db.session.add(RouterModel(scope=wf, version=1, status="active", params={},
+                               created_at=now - timedelta(hours=2)))
+    db.session.commit()
+    scopes = {d["scope"]: d for d in due_scopes(now)}
+    assert wf not in scopes and f"tenant:{t.id}" in scopes  # the tenant scope has no version
+    add_rows(t.id, "wfA", 4, now - timedelta(hours=1), passed=True, tag="new")
+    assert wf not in {d["scope"] for d in due_scopes(now)}  # 4 new < 5
+    add_rows(t.id, "wfA", 1, now - timedelta(minutes=5), passed=True, tag="new2")
+    (d,) = [d for d in due_scopes(now) if d["scope"] == wf]
+    assert d["new"] == 5 and d["labelled"] == 17
