@@ -46,6 +46,9 @@ def seed_catalog() -> list[str]:
     for t in SEED_TIERS:
         # The seed gives one per-token cost per tier; input and output are priced at it
         # (so the 3:1 blend shown in the console is the seed's number), cached input at 1/4.
+        # For the pool tiers this is only the real-time estimate budgets count: once a GPU
+        # rate exists for the pool's gpu_type, FinOps charges the pool's GPU-hours instead
+        # of it (app.finops.rollups, never both).
         price = t["price"]
         tier = Tier(name=t["name"], rank=t["rank"], model=t["model"],
                     price_input_per_m=price, price_cached_input_per_m=price / 4,

@@ -105,6 +105,9 @@ class Rollup(db.Model):
     cache_saved_usd: Mapped[Decimal] = mapped_column(Money, default=0)
     # The part of cost_usd that came from adjustment rows (credits are negative).
     adjustment_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    # The part of cost_usd that is a self-hosted pool's per-token estimate replaced by its
+    # GPU-hour allocation (gpu_cost_usd): reports charge cost - pool_estimate + gpu_cost.
+    pool_estimate_usd: Mapped[Decimal] = mapped_column(Money, default=0)
 
 
 TTFT_BUCKET_COLUMNS = tuple(f"ttft_b{i:02d}" for i in range(N_BUCKETS))  # migration 0004: 35

@@ -101,9 +101,10 @@ _SUMS = {"requests": Rollup.requests, "cache_exact": Rollup.cache_exact,
          "cache_semantic": Rollup.cache_semantic, "escalations": Rollup.escalations,
          "prompt_tokens": Rollup.prompt_tokens, "cached_tokens": Rollup.cached_tokens,
          "completion_tokens": Rollup.completion_tokens,
-         "raw_output_tokens": Rollup.raw_schema_output_tokens, "token_cost": Rollup.cost_usd,
+         "raw_output_tokens": Rollup.raw_schema_output_tokens, "booked": Rollup.cost_usd,
          "gpu_cost": Rollup.gpu_cost_usd, "baseline": Rollup.baseline_cost_usd,
          "cache_saved": Rollup.cache_saved_usd, "adjustments": Rollup.adjustment_usd,
+         "pool_estimate": Rollup.pool_estimate_usd,
          "ttft_sum": Rollup.ttft_ms_sum, "ttft_count": Rollup.ttft_count}
 
 
@@ -136,8 +137,12 @@ def _aggregate(period: Period, tenant_id: int | None, group_by: Sequence = (), *
 
 
 def _derive(d: dict[str, Any]) -> dict[str, Any]:
-    for k in ("token_cost", "gpu_cost", "baseline", "cache_saved", "adjustments"):
+    """Derived figures of summed rollup columns. ``token_cost``: what was booked per token
+    (external tiers, pools without a GPU rate, adjustments) less the pool estimates the
+    GPU-hour allocation replaced; ``cost`` = that + ``gpu_cost`` (see app.finops.rollups)."""
+    for k in ("booked", "gpu_cost", "baseline", "cache_saved", "adjustments", "pool_estimate"):
         d[k] = Decimal(d[k] or 0)
+    d["token_cost"] = d["booked"] - d["pool_estimate"]
     d["cost"] = d["token_cost"] + d["gpu_cost"]
     d["savings"] = d["baseline"] - d["cost"]
     d["savings_pct"] = float(d["savings"] / d["baseline"] * 100) if d["baseline"] else 0.0

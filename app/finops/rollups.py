@@ -4,6 +4,16 @@ A rebuild of a range deletes and re-inserts its buckets in one transaction (unde
 advisory lock on PostgreSQL), so running it twice gives the same rows and the rollups
 can always be rebuilt from the ledger. Token columns count tokens a model served (cache
 hits generated none); cache hits are counted and their baseline kept as ``cache_saved_usd``.
+
+Self-hosted pools are charged once, by GPU-hours. The gateway books a pool request at
+its tier's per-token price: an estimate, so real-time budgets see spend at once. When
+an hour is rolled up and its pool has a GPU rate, ``allocate_gpu_hours`` splits the
+pool's hour cost (replicas up x GPUs per replica x hourly rate) over that hour's pool
+rows by token share into ``gpu_cost_usd`` and moves their booked estimate into
+``pool_estimate_usd``; reports charge ``cost_usd - pool_estimate_usd + gpu_cost_usd``.
+So a pool's cost for a month is exactly its GPU-hours x rate (idle hours included, as
+tenant 0), never that plus its token estimates. Without a rate for its GPU type the
+estimate stays the charge. ``cost_usd`` itself always equals the ledger's sum.
 """
 from __future__ import annotations
 
@@ -27,7 +37,7 @@ _LOCK_KEY = 91_0009  # pg_advisory_xact_lock key for rollup rebuilds
 _SUM_COLUMNS = ("requests", "cache_exact", "cache_semantic", "escalations", "prompt_tokens",
                 "cached_tokens", "completion_tokens", "raw_schema_output_tokens", "cost_usd",
                 "gpu_cost_usd", "baseline_cost_usd", "ttft_ms_sum", "ttft_count",
-                "cache_saved_usd", "adjustment_usd", *TTFT_BUCKET_COLUMNS)
+                "cache_saved_usd", "adjustment_usd", "pool_estimate_usd", *TTFT_BUCKET_COLUMNS)
 _DIMS = ("tenant_id", "department", "tier", "workflow", "model")
 
 
@@ -108,7 +118,7 @@ def _hour_select(start: datetime, end: datetime):
         sa.func.coalesce(sa.func.sum(L.baseline_cost_usd), 0),
         sa.func.coalesce(sa.func.sum(ttft), 0.0), sa.func.count(ttft),
         sum_if(sa.and_(is_request, L.cache != "miss"), L.baseline_cost_usd),
-        sum_if(L.kind == "adjustment", L.cost_usd), *hist)
+        sum_if(L.kind == "adjustment", L.cost_usd), sa.literal(0), *hist)
         .select_from(L).outerjoin(Tenant, Tenant.id == L.tenant_id)
         .where(L.at >= start, L.at < end)
         .group_by(bucket, L.tenant_id, department, L.tier, L.workflow, L.model))
@@ -187,8 +197,9 @@ def _load_rates() -> list[costing.GpuRate]:
 
 def allocate_gpu_hours(start: datetime, end: datetime) -> int:
     """Price self-hosted pool hours in [start, end) and split them over the hour rows of
-    the tiers the pool serves by token share. An hour with replicas up but no requests
-    becomes an idle row (tenant 0). Returns how many idle rows were added."""
+    the tiers the pool serves by token share, replacing those rows' per-token estimate
+    (see the module docstring). An hour with replicas up but no requests becomes an idle
+    row (tenant 0). Returns how many idle rows were added."""
     pools = {p.id: p for p in db.session.scalars(sa.select(Pool).where(Pool.gpu_type != ""))}
     if not pools:
         return 0
@@ -234,10 +245,11 @@ def allocate_gpu_hours(start: datetime, end: datetime) -> int:
             continue
         for rid, part in costing.allocate_by_tokens(cost, shares).items():
             updates.append({"rid": rid, "gpu": part})
-    if updates:
+    if updates:  # the allocation replaces the per-token estimate booked for these rows
         table = Rollup.__table__
         db.session.execute(sa.update(table).where(table.c.id == sa.bindparam("rid"))
-                           .values(gpu_cost_usd=sa.bindparam("gpu")), updates)
+                           .values(gpu_cost_usd=sa.bindparam("gpu"),
+                                   pool_estimate_usd=table.c.cost_usd), updates)
     if idle:
         db.session.execute(sa.insert(Rollup), idle)
     return len(idle)

@@ -132,3 +132,86 @@ def test_gpu_hours_are_allocated_to_the_pool_requests_by_token_share(app):
     month_gpu = db.session.scalar(sa.select(sa.func.sum(Rollup.gpu_cost_usd)).where(
         Rollup.grain == "month"))
     assert month_gpu == Decimal("20")
+
+
+def test_a_pool_is_charged_its_gpu_hours_once_not_plus_its_token_estimates(app):
+    """Pool requests are booked at the pool tier's per-token price (an estimate); the
+    month's reports charge the pool exactly GPU-hours x rate, to the cent, with the
+    estimates replaced, while the external tier stays priced per token."""
+    from app.core.costing import cents
+    from app.core.pricing import book_cost
+    from app.finops import reports
+    from app.gateway.snapshot import Snapshot
+    from app.snapshot.service import build_snapshot
+
+    tenant_a, tenant_b = TenantFactory(), TenantFactory()
+    pool = Pool(name="l40s-pool", model="qwen", gpu_type="L40S", gpus_per_replica=2,
+                desired_replicas=2)
+    db.session.add(pool)
+    db.session.flush()
+    db.session.add_all([
+        Tier(name="pool-tier", rank=1, model="qwen", upstream_kind="pool", pool_id=pool.id,
+             price_input_per_m=Decimal("0.35"), price_cached_input_per_m=Decimal("0.0875"),
+             price_output_per_m=Decimal("0.35")),
+        Tier(name="frontier", rank=3, model="gpt", upstream_kind="external",
+             price_input_per_m=Decimal("3.5"), price_cached_input_per_m=Decimal("0.875"),
+             price_output_per_m=Decimal("10.5"))])
+    reps = [Replica(pool_id=pool.id, index=i) for i in range(2)]
+    db.session.add_all(reps)
+    db.session.add(GpuRate(gpu_type="L40S", hourly_usd=Decimal("1.337"),
+                           effective_from=datetime(2026, 1, 1, tzinfo=timezone.utc)))
+    db.session.flush()
+    day = datetime(2026, 9, 14, tzinfo=timezone.utc)
+    up_hours = 7  # both replicas report metrics in hours 0..6; requests in hours 0, 1, 4
+    for hour in range(up_hours):
+        for r in reps:
+            db.session.add(ReplicaMetric(replica_id=r.id, at=day + timedelta(hours=hour,
+                                                                               minutes=3)))
+    db.session.commit()
+    snap = Snapshot(build_snapshot())
+    rows, i = [], 0
+    for hour, tenant, tier, prompt, out in ((0, tenant_a, "pool-tier", 1200, 300),
+                                            (0, tenant_b, "pool-tier", 800, 100),
+                                            (1, tenant_a, "pool-tier", 5000, 700),
+                                            (1, tenant_b, "frontier", 3000, 400),
+                                            (4, tenant_b, "pool-tier", 2222, 333),
+                                            (4, tenant_a, "frontier", 1000, 50)):
+        at = day + timedelta(hours=hour, minutes=10 + i)
+        cost, base = book_cost(snap.all_tiers, snap.tiers_by_name[tier], at, prompt, 0, out)
+        rows.append(LedgerEntry(request_id=f"p{i}", at=at, tenant_id=tenant.id, tier=tier,
+                                workflow="w", model="m", prompt_tokens=prompt,
+                                completion_tokens=out, cost_usd=cost, baseline_cost_usd=base))
+        i += 1
+    db.session.add_all(rows)
+    db.session.commit()
+    estimates = sum(r.cost_usd for r in rows if r.tier == "pool-tier")
+    external = sum(r.cost_usd for r in rows if r.tier == "frontier")
+    assert estimates > 0 and external > 0
+
+    rollups.rebuild(day, day + timedelta(days=1))
+    assert rollups.reconcile("2026-09") == []
+    gpu_hours = up_hours * len(reps) * pool.gpus_per_replica
+    pool_month = Decimal(gpu_hours) * Decimal("1.337")  # 28 GPU-hours = $37.436
+    month_rows = db.session.scalars(sa.select(Rollup).where(Rollup.grain == "month")).all()
+    pool_rows = [r for r in month_rows if r.tier == "pool-tier"]
+    assert sum(r.gpu_cost_usd for r in pool_rows) == pool_month          # exact
+    assert sum(r.pool_estimate_usd for r in pool_rows) == estimates       # all replaced
+    assert sum(r.cost_usd for r in month_rows) == estimates + external    # = the ledger
+
+    admin = UserFactory(role="finops")
+    period = reports.parse_period("2026-09")
+    show = reports.showback(admin, period)
+    assert cents(show["total"]["cost"]) == cents(pool_month + external)  # not + estimates
+    assert show["total"]["gpu_cost_cents"] == cents(pool_month) == Decimal("37.44")
+    assert show["total"]["token_cost"] == external
+    assert sum(r["cost_cents"] for r in show["rows"]) == show["total"]["cost_cents"]
+    idle = next(r for r in show["rows"] if r["tenant_id"] == 0)  # hours 2, 3, 5, 6
+    assert idle["gpu_cost"] == 4 * len(reps) * pool.gpus_per_replica * Decimal("1.337")
+    dash = reports.dashboard(admin, period)
+    assert dash["totals"]["cost"] == pool_month + external
+    # a tenant's own view: its share of the allocated hours plus its external tokens
+    lead_a = UserFactory(role="viewer", tenant=tenant_a)
+    mine = reports.showback(lead_a, period)["total"]
+    assert mine["token_cost"] == sum(r.cost_usd for r in rows
+                                     if r.tier == "frontier" and r.tenant_id == tenant_a.id)
+    assert 0 < mine["gpu_cost"] < pool_month
