@@ -182,17 +182,43 @@ def route_batch(Q: np.ndarray, ranks: Sequence[int], taus: Mapping[int, float],
     return chosen
 
 
+def _tier_quality(labels: np.ndarray, sel: np.ndarray, col: int) -> float:
+    """Pass rate of tier ``col`` over the rows ``sel`` routed to it, from the rows whose
+    label for that tier is known (NaN = unknown); the tier's known rate over all rows when
+    none of them is known, 0 when nothing at all is known of the tier."""
+    y = labels[sel, col]
+    y = y[~np.isnan(y)]
+    if len(y):
+        return float(y.mean())
+    y = labels[:, col]
+    y = y[~np.isnan(y)]
+    return float(y.mean()) if len(y) else 0.0
+
+
 def operating_point(chosen: np.ndarray, labels: np.ndarray, costs: np.ndarray) -> dict:
     """Quality and cost of a routing. ``labels``/``costs``: (n, tiers incl. frontier), column
-    r-1 for rank r; quality is relative to always-frontier, cost to the frontier's cost."""
+    r-1 for rank r; quality is relative to always-frontier, cost to the frontier's cost.
+
+    Labels may be NaN (unknown: product traces label only some tiers of a request). Each
+    tier is then judged on its own known labels: quality = sum over tiers of (share of
+    rows routed there) x (pass rate of the routed rows whose label for that tier is
+    known). With every label known this is the plain mean of the chosen tiers' labels."""
+    chosen = np.asarray(chosen, dtype=int)
+    labels = np.asarray(labels, dtype=np.float64)
+    n_tiers = labels.shape[1]
+    shares, q, evaluated = {}, 0.0, {}
+    for r in range(1, n_tiers + 1):
+        sel = chosen == r
+        shares[r] = float(sel.mean()) if len(chosen) else 0.0
+        evaluated[r] = int((sel & ~np.isnan(labels[:, r - 1])).sum())
+        if shares[r]:
+            q += shares[r] * _tier_quality(labels, sel, r - 1)
     rows = np.arange(len(chosen))
-    q = float(labels[rows, chosen - 1].mean())
     c = float(costs[rows, chosen - 1].sum())
-    fq = float(labels[:, -1].mean()) or 1.0
+    fq = _tier_quality(labels, np.ones(len(chosen), dtype=bool), n_tiers - 1) or 1.0
     fc = float(costs[:, -1].sum()) or 1.0
-    shares = {int(r): float((chosen == r).mean()) for r in range(1, labels.shape[1] + 1)}
     return {"quality": q, "relative_quality": q / fq, "cost": c, "cost_fraction": c / fc,
-            "shares": shares}
+            "shares": shares, "evaluated": evaluated}
 
 
 def cost_quality_curve(Q: np.ndarray, ranks: Sequence[int], labels: np.ndarray,

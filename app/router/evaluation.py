@@ -107,18 +107,27 @@ def trace_costs(trace: Mapping[str, Any], prices: Mapping[int, tuple[float, floa
 
 def evaluation_arrays(traces: Iterable[Mapping], prices: Mapping[int, tuple[float, float]],
                       n_tiers: int = 3) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(X, labels, costs) over the traces with every tier's label known."""
+    """(X, labels, costs) over the traces with at least one tier's label known; unknown
+    labels are NaN. Keeping only fully labelled traces would keep just the served-by-tier-1
+    passes and the frontier fails (a biased sample); instead every tier is judged on the
+    rows where its own label is known (app.core.router_model.operating_point)."""
     X, L, C = [], [], []
     for t in traces:
         labels = tier_labels(t, n_tiers)
-        if None in labels:
+        if all(v is None for v in labels):
             continue
         X.append(t["features"])
-        L.append(labels)
+        L.append([math.nan if v is None else float(v) for v in labels])
         C.append(trace_costs(t, prices, n_tiers))
     if not X:
-        return np.zeros((0, 0)), np.zeros((0, n_tiers), dtype=int), np.zeros((0, n_tiers))
-    return np.asarray(X, dtype=np.float64), np.asarray(L, dtype=int), np.asarray(C, dtype=float)
+        return np.zeros((0, 0)), np.zeros((0, n_tiers)), np.zeros((0, n_tiers))
+    return np.asarray(X, dtype=np.float64), np.asarray(L, dtype=np.float64), \
+        np.asarray(C, dtype=float)
+
+
+def known_labels(labels: np.ndarray) -> dict[str, int]:
+    """How many held-out labels each tier is judged on."""
+    return {str(r + 1): int((~np.isnan(labels[:, r])).sum()) for r in range(labels.shape[1])}
 
 
 def _auc(q: np.ndarray, y: np.ndarray) -> float | None:
@@ -156,7 +165,7 @@ def curve_report(params: Mapping, X: np.ndarray, labels: np.ndarray, costs: np.n
     Q = rm.predict_batch(router, X)
     full = rm.cost_quality_curve(Q, router.ranks, labels, costs)
     frontier = rm.operating_point(np.full(len(X), labels.shape[1]), labels, costs)
-    return {"n": int(len(X)), "curve": rm.pareto(full),
+    return {"n": int(len(X)), "known_labels": known_labels(labels), "curve": rm.pareto(full),
             "chosen": rm.choose_taus(full, quality_target), "quality_target": quality_target,
             "frontier": frontier}
 
@@ -168,7 +177,7 @@ def compare(candidate: Mapping[str, Any], active: Mapping[str, Any] | None,
     ``reject`` is set when it is worse than an active model (not when evidence is missing)."""
     chosen = candidate.get("chosen")
     if not candidate.get("n"):
-        return {"promote": False, "reason": "no fully labelled held-out traces"}
+        return {"promote": False, "reason": "no labelled held-out traces"}
     if active is None or not active.get("chosen"):
         if chosen is None:
             return {"promote": False, "reason": "no held-out operating point meets the quality target"}

@@ -123,9 +123,10 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
         except (ValueError, KeyError) as exc:  # e.g. the feature layout changed
             log.warning("router %s v%s cannot be evaluated: %s", scope, current.version, exc)
     comparison = ev.compare(report, current_report)
-    if len(X) < int(_cfg("ROUTER_MIN_HELDOUT", 30)):
+    judged = min(ev.known_labels(labels).values()) if len(X) else 0
+    if judged < int(_cfg("ROUTER_MIN_HELDOUT", 30)):
         comparison = {**comparison, "promote": False, "reject": False,
-                      "reason": f"only {len(X)} fully labelled held-out traces"}
+                      "reason": f"only {judged} held-out labels for the least-known tier"}
     version = (db.session.scalar(db.select(db.func.max(RouterModel.version))
                                  .where(RouterModel.scope == scope)) or 0) + 1
     model = RouterModel(scope=scope, version=version, status="candidate",
