@@ -36,14 +36,14 @@ def minify_response_format(response_format: dict[str, Any], *,
                            options: MinifyOptions = MinifyOptions()
                            ) -> tuple[dict[str, Any], KeyMap] | None:
     """``{"type": "json_schema", "json_schema": {"name", "schema", ...}}`` -> minified copy
-    and key map; None when there is no schema to minify (pass the request through)."""
+    and key map; None when there is nothing to minify (pass the request through)."""
     if not isinstance(response_format, dict) or response_format.get("type") != "json_schema":
         return None
     spec = response_format.get("json_schema")
     if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
         return None
     minified, keymap = minify_schema(spec["schema"], tokenizer=tokenizer, options=options)
-    if not keymap.renames:
+    if not keymap.changed:
         return None
     return {**response_format, "json_schema": {**spec, "schema": minified}}, keymap
 
@@ -52,7 +52,8 @@ def minify_tools(tools: list[dict[str, Any]], *, tokenizer: TokenCounter | None 
                  options: MinifyOptions = MinifyOptions()
                  ) -> tuple[list[dict[str, Any]], dict[str, KeyMap]]:
     """Minify each ``{"type": "function", "function": {"name", "parameters"}}``; returns the
-    new tool list and ``{function name: key map}`` for tools that had keys renamed."""
+    new tool list and ``{function name: key map}`` for tools that had keys (or enum
+    values) renamed."""
     out: list[dict[str, Any]] = []
     maps: dict[str, KeyMap] = {}
     for tool in tools:
@@ -62,7 +63,7 @@ def minify_tools(tools: list[dict[str, Any]], *, tokenizer: TokenCounter | None 
             out.append(tool)
             continue
         minified, keymap = minify_schema(params, tokenizer=tokenizer, options=options)
-        if keymap.renames:
+        if keymap.changed:
             maps[fn["name"]] = keymap
             tool = {**tool, "function": {**fn, "parameters": minified}}
         out.append(tool)

@@ -1,6 +1,11 @@
-"""Write the minified copy of a schema from its analysis and per-class alias maps."""
+"""Write the minified copy of a schema from its analysis and per-class alias maps.
+
+Where enum values are aliased, the schema that lists them gets a legend in its
+description (``"a" = "AWAITING_CUSTOMER_RESPONSE"``, in every ``describe`` mode): a model
+shown the schema still knows what each value means."""
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from app.core.minify_instance import minify_value
@@ -33,7 +38,24 @@ class SchemaRewriter:
         out: dict[str, Any] = {}
         for kw, val in s.items():
             out[kw] = self._keyword(s, kw, val, amap)
+        if "enum" in s or "const" in s:
+            self._legend(s, out)
         return out
+
+    def _legend(self, s: dict, out: dict) -> None:
+        node = self.nodes.get(self.an.classes.find(self.an.var[id(s)]))
+        vfwd = node.vfwd if node is not None else None
+        if not vfwd:
+            return
+        listed = s.get("enum") if isinstance(s.get("enum"), list) else []
+        listed = [*listed, s["const"]] if "const" in s else listed
+        pairs = [f"{json.dumps(vfwd[v], ensure_ascii=False)} = {json.dumps(v, ensure_ascii=False)}"
+                 for v in dict.fromkeys(x for x in listed if isinstance(x, str)) if v in vfwd]
+        if not pairs:
+            return
+        desc = out.get("description")
+        legend = "values: " + ", ".join(pairs)
+        out["description"] = f"{desc} ({legend})" if isinstance(desc, str) and desc else legend
 
     def _keyword(self, s: dict, kw: str, val: Any, amap: dict[str, str]) -> Any:
         if kw == "properties" and isinstance(val, dict):

@@ -9,6 +9,11 @@ structure. Two different locations may reuse the same aliases; nothing is global
 
 ``patternProperties`` keys are never renamed (the model invents them); aliases are chosen
 so they never match a pattern of their location. Their value schemas are still walked.
+
+With ``MinifyOptions(minify_enums=True)`` string values of ``enum``/``const`` get one-token
+aliases too, but only at *closed* locations (every schema there lists its values; see
+``Analysis.class_enums``), so a string written there can only be an alias; strings at any
+other location are never touched.
 """
 from __future__ import annotations
 
@@ -47,9 +52,11 @@ class Node:
 
     ``emit`` maps a key as the model writes it (alias, or an original key kept verbatim) to
     ``(original_key, original_key_json, child_node)``; ``fwd`` maps original -> alias.
+    ``vals`` maps an enum value alias to ``(original_value, original_value_json)`` and
+    ``vfwd`` original -> alias; both None unless string values here are minified.
     """
 
-    __slots__ = ("emit", "fwd", "items", "extra", "patterns", "path")
+    __slots__ = ("emit", "fwd", "items", "extra", "patterns", "path", "vals", "vfwd")
 
     def __init__(self, path: str) -> None:
         self.emit: dict[str, tuple[str, str, Node | None]] = {}
@@ -58,6 +65,8 @@ class Node:
         self.extra: Node | None = None
         self.patterns: tuple[tuple[re.Pattern, Node | None], ...] = ()
         self.path = path
+        self.vals: dict[str, tuple[str, str]] | None = None
+        self.vfwd: dict[str, str] | None = None
 
     def unknown_child(self, key: str) -> tuple[Node | None, bool]:
         """Child for a key this location does not declare, and whether the schema allows
@@ -79,10 +88,16 @@ class KeyMap:
     fallback: dict[str, tuple[str, str]] = field(repr=False)  # alias -> (original, json)
     ambiguous: frozenset[str] = frozenset()  # aliases that mean different keys somewhere
     word_map: dict[str, str] = field(default_factory=dict, repr=False)
+    value_renames: tuple[tuple[str, str, str], ...] = ()  # (location path, value, alias)
 
     @property
     def renamed(self) -> int:
         return len(self.renames)
+
+    @property
+    def changed(self) -> bool:
+        """Whether the minified schema differs from the original in keys or values."""
+        return bool(self.renames or self.value_renames)
 
     def alias_of(self, path: str, original: str) -> str | None:
         for p, o, a in self.renames:
@@ -187,9 +202,10 @@ def _json_key(key: str) -> str:
 class MinifyOptions:
     describe: str = "prefix"  # "prefix": description = "original_key: <description>"; "keep"
     keep_short: bool = True  # keys already one token stay verbatim
+    minify_enums: bool = False  # also alias multi-token enum/const strings at closed locations
 
     def tag(self) -> str:
-        return f"{self.describe}:{int(self.keep_short)}"
+        return f"{self.describe}:{int(self.keep_short)}:{int(self.minify_enums)}"
 
 
 def schema_hash(schema: Any) -> str:
@@ -232,7 +248,10 @@ def minify_schema(schema: Any, *, tokenizer: TokenCounter | None = None,
         if hit is not None:
             _cache.move_to_end(key)
             return _copy(hit[0]), hit[1]
-    minified, keymap = _build(schema, tokenizer, options, digest)
+    # Analyse a fresh copy: the analysis keys schemas by identity, so a dict shared by two
+    # places (built in Python) would tie them together; the map must depend on the JSON
+    # alone, as the cache key does.
+    minified, keymap = _build(_copy(schema), tokenizer, options, digest)
     with _cache_lock:
         _cache[key] = (minified, keymap)
         while len(_cache) > _CACHE_SIZE:
@@ -258,11 +277,13 @@ def _build(schema: Any, counter: TokenCounter | None, options: MinifyOptions,
         aliases[c] = _assign(keys.get(c, []), [r for _, r in compiled[c]], counter)
 
     nodes, renames, seen_alias, ambiguous = _node_graph(an, aliases, compiled)
+    value_renames = _value_aliases(an, nodes, counter) if options.minify_enums else []
     root = nodes[cls.find(an.var[id(schema)])] if isinstance(schema, dict) else Node("$")
     word_map = _word_map(renames)
     keymap = KeyMap(root=root, tokenizer=counter.name if counter is not None else "",
                     schema_hash=digest, renames=tuple(renames), fallback=seen_alias,
-                    ambiguous=frozenset(ambiguous), word_map=word_map)
+                    ambiguous=frozenset(ambiguous), word_map=word_map,
+                    value_renames=tuple(value_renames))
     from app.core.minify_rewrite import SchemaRewriter
     rewriter = SchemaRewriter(schema, an, aliases, nodes, options)
     return rewriter.rewrite(schema), keymap
@@ -308,6 +329,24 @@ def _node_graph(an: Analysis, aliases: dict[int, dict[str, str]],
                               for p, r in compiled.get(c, ()))
 
     return nodes, renames, seen_alias, ambiguous
+
+
+def _value_aliases(an: Analysis, nodes: dict[int, Node], counter: TokenCounter | None
+                   ) -> list[tuple[str, str, str]]:
+    """Give the multi-token enum strings of every closed class a one-token alias (not one
+    of that class's values) on its node; returns (path, value, alias) per renamed value."""
+    out: list[tuple[str, str, str]] = []
+    for c, values in sorted(an.class_enums().items()):
+        node = nodes.get(c)
+        if node is None:
+            continue
+        amap = {v: a for v, a in _assign(values, [], counter).items() if a != v}
+        if not amap:
+            continue
+        node.vfwd = amap
+        node.vals = {a: (v, _json_key(v)) for v, a in amap.items()}
+        out += [(node.path, v, a) for v, a in amap.items()]
+    return out
 
 
 def _word_map(renames: list[tuple[str, str, str]]) -> dict[str, str]:

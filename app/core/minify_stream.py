@@ -1,8 +1,9 @@
 """Streaming key re-expansion (S05): aliases -> original keys in a JSON text stream.
 
 The expander tracks JSON structure (nesting, in-string state, escapes) and rewrites only
-object keys; everything else is passed through byte for byte, as soon as it arrives. Only
-the content of a key string that has not closed yet is held back. Output that is not JSON
+object keys, and string values at locations whose enum values are aliased; everything
+else is passed through byte for byte, as soon as it arrives. Only the content of a key
+(or aliased enum value) string that has not closed yet is held back. Output that is not JSON
 or leaves the schema's structure is still expanded as far as possible; ``problems`` says
 why the result is best effort (S98_ALERT_SCHEMA_ERR).
 """
@@ -26,27 +27,29 @@ class StreamExpander:
     stream was malformed or left the schema (the text returned is still expanded)."""
 
     __slots__ = ("keymap", "problems", "_stack", "_mode", "_esc", "_key", "_expect_key",
-                 "_offset", "_closed")
+                 "_offset", "_closed", "_vnode")
 
     def __init__(self, keymap: KeyMap) -> None:
         self.keymap = keymap
         self.problems: list[str] = []
         self._stack: list[list] = []  # [is_object, node, node_of_next_value]
-        self._mode = 0  # 0: between tokens, 1: in a value string, 2: in a key string
+        self._mode = 0  # 0: between tokens, 1: in a value string, 2: in a key string,
+        #                 3: in a string value at an enum location (held like a key)
         self._esc = False
         self._key: list[str] = []
         self._expect_key = False
         self._offset = 0
         self._closed = False
+        self._vnode: Node | None = None  # location of the enum value being held
 
     @property
     def best_effort(self) -> bool:
         return bool(self.problems)
 
     @property
-    def holding_key(self) -> bool:
-        """True while the content of an unfinished object key is held back."""
-        return self._mode == 2
+    def holding(self) -> bool:
+        """True while the content of an unfinished key or enum value is held back."""
+        return self._mode >= 2
 
     def feed(self, chunk: str) -> str:
         if self._closed:
@@ -70,7 +73,14 @@ class StreamExpander:
                         self._mode = 2
                         self._expect_key = False
                     else:
-                        self._mode = 1
+                        node = self._value_node()
+                        if node is not None and node.vals is not None:
+                            out.append(chunk[start:i])
+                            start = i
+                            self._mode = 3
+                            self._vnode = node
+                        else:
+                            self._mode = 1
                 elif c == "{":
                     self._push(True)
                 elif c == "[":
@@ -96,13 +106,13 @@ class StreamExpander:
                     self._esc = True
                     i = n
                 continue
-            if self._mode == 2:
+            if self._mode >= 2:
                 self._key.append(chunk[start:j])
-                out.append(self._finish_key())
+                out.append(self._finish_key() if self._mode == 2 else self._finish_value())
                 start = j
             self._mode = 0
             i = j + 1
-        if self._mode == 2:
+        if self._mode >= 2:
             self._key.append(chunk[start:])
         else:
             out.append(chunk[start:])
@@ -118,6 +128,9 @@ class StreamExpander:
         if self._mode == 2:
             self.problems.append("stream ended inside an object key")
             tail = self._finish_key()
+        elif self._mode == 3:
+            self.problems.append("stream ended inside a string")
+            tail = self._finish_value()
         elif self._mode == 1:
             self.problems.append("stream ended inside a string")
         if self._stack:
@@ -151,16 +164,26 @@ class StreamExpander:
             self.problems.append(f"mismatched {closer!r} at offset {offset}")
         self._expect_key = False
 
-    def _finish_key(self) -> str:
+    def _held(self, what: str) -> tuple[str, str | None]:
+        """The held string's raw text and its decoded value (None: bad escape)."""
         raw = "".join(self._key)
         self._key = []
-        key: str | None = raw
-        if "\\" in raw:
-            try:
-                key = json.loads('"' + raw + '"')
-            except ValueError:
-                self.problems.append(f"bad escape in key {raw!r}")
-                key = None
+        if "\\" not in raw:
+            return raw, raw
+        try:
+            return raw, json.loads('"' + raw + '"')
+        except ValueError:
+            self.problems.append(f"bad escape in {what} {raw!r}")
+            return raw, None
+
+    def _finish_value(self) -> str:
+        raw, value = self._held("value")
+        node = self._vnode
+        hit = node.vals.get(value) if value is not None and node is not None else None
+        return hit[1] if hit is not None else raw
+
+    def _finish_key(self) -> str:
+        raw, key = self._held("key")
         top = self._stack[-1]
         node: Node | None = top[1]
         if key is None:

@@ -14,6 +14,10 @@ SINGLE_KW = ("not", "if", "then", "else")
 BRANCH_KW = ("anyOf", "oneOf", "allOf")
 ITEM_KW = ("additionalItems", "contains", "unevaluatedItems")
 EXTRA_KW = ("additionalProperties", "unevaluatedProperties")
+# A schema with one of these is not treated as enum-closed (an alias could break them).
+STRING_CONSTRAINTS = ("pattern", "minLength", "maxLength", "format", "contentEncoding",
+                      "contentMediaType")
+WRAPPER_KW = ("$ref", "anyOf", "oneOf", "allOf")
 
 class Classes:
     """Union-find over instance locations with labelled children (congruence closure):
@@ -203,3 +207,42 @@ class Analysis:
                 c = self.classes.find(self.var[id(s)])
                 pats.setdefault(c, []).extend(p for p in pp if p not in pats.get(c, ()))
         return pats
+
+    def class_enums(self) -> dict[int, list[str]]:
+        """Strings of ``enum``/``const`` per *closed* class: one where every schema that
+        applies restricts the instance to listed values (or is a wrapper whose branches
+        do). At such a location a string the model writes can only be one of those
+        values, so an alias there is unambiguous. Classes with any schema that admits a
+        free string (``{"type": "string"}``, ``{}``, a ``true`` branch, an unresolvable
+        ``$ref``, string constraints an alias could break) are left out."""
+        members: dict[int, list[str]] = {}
+        open_: set[int] = set()
+        for s in self.order:
+            c = self.classes.find(self.var[id(s)])
+            if c in open_:
+                continue
+            if not self._closed(s):
+                open_.add(c)
+                continue
+            bucket = members.setdefault(c, [])
+            values = s["enum"] if isinstance(s.get("enum"), list) else []
+            if "const" in s:
+                values = [*values, s["const"]]
+            for v in values:
+                if isinstance(v, str) and v not in bucket:
+                    bucket.append(v)
+        return {c: v for c, v in members.items() if v and c not in open_}
+
+    def _closed(self, s: dict) -> bool:
+        if any(k in s for k in STRING_CONSTRAINTS):
+            return False
+        for kw in BRANCH_KW:
+            if any(not isinstance(b, dict) for b in s.get(kw) or ()):
+                return False
+        ref = s.get("$ref")
+        if ref is not None and not isinstance(resolve(self.schema, ref)
+                                              if isinstance(ref, str) else None, dict):
+            return False
+        if "enum" in s:
+            return isinstance(s["enum"], list)
+        return "const" in s or any(k in s for k in WRAPPER_KW)

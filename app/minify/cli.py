@@ -17,16 +17,20 @@ minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
 @click.option("--json", "as_json", is_flag=True, help="Print the totals as one JSON object.")
 @click.option("--tokenizer", default="cl100k_base", show_default=True,
               type=click.Choice(TOKENIZERS))
-def report(cases_file, as_json: bool, tokenizer: str) -> None:
+@click.option("--minify-enums", is_flag=True,
+              help="Also alias multi-token enum values (the policy's minify_enums).")
+def report(cases_file, as_json: bool, tokenizer: str, minify_enums: bool) -> None:
     """Output tokens with original vs minified keys (compact JSON), and whether
     expand(minify(output)) round-trips exactly."""
+    from app.core.minify import MinifyOptions
     from app.minify.report import read_cases, report_case, summarise
 
     try:
         cases = read_cases(cases_file)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cases") from exc
-    reports = [report_case(n, case, tokenizer) for n, case in cases]
+    options = MinifyOptions(minify_enums=minify_enums)
+    reports = [report_case(n, case, tokenizer, options) for n, case in cases]
     totals = summarise(reports)
     if as_json:
         click.echo(json.dumps(totals))
@@ -35,7 +39,9 @@ def report(cases_file, as_json: bool, tokenizer: str) -> None:
     for r in reports:
         click.echo(f"line {r.line:>3} {r.name[:40]:<40} {r.tokens_before:>5} -> "
                    f"{r.tokens_after:>5} tokens ({r.reduction:6.1%})  keys renamed "
-                   f"{r.renamed_keys:>3}  roundtrip {'ok' if r.roundtrip_ok else 'FAIL'}"
+                   f"{r.renamed_keys:>3}"
+                   f"{f'  values renamed {r.renamed_values:>3}' if minify_enums else ''}"
+                   f"  roundtrip {'ok' if r.roundtrip_ok else 'FAIL'}"
                    f"{'' if r.valid_minified else '  minified output INVALID'}")
     click.echo(f"total {totals['cases']} cases: {totals['tokens_before']} -> "
                f"{totals['tokens_after']} tokens ({totals['reduction']:.1%} fewer); "

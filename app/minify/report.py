@@ -9,7 +9,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable
 
-from app.core.minify import expand_json, minify_json, minify_schema, validate_minified
+from app.core.minify import (MinifyOptions, expand_json, minify_json, minify_schema,
+                             validate_minified)
 from app.minify.tokens import get_counter
 
 
@@ -22,6 +23,7 @@ class CaseReport:
     roundtrip_ok: bool
     valid_minified: bool
     renamed_keys: int
+    renamed_values: int = 0
 
     @property
     def reduction(self) -> float:
@@ -43,9 +45,10 @@ def read_cases(lines: Iterable[str]) -> list[tuple[int, dict]]:
     return cases
 
 
-def report_case(n: int, case: dict, tokenizer: str) -> CaseReport:
+def report_case(n: int, case: dict, tokenizer: str,
+                options: MinifyOptions = MinifyOptions()) -> CaseReport:
     counter = get_counter(tokenizer)
-    minified_schema, keymap = minify_schema(case["schema"], tokenizer=counter)
+    minified_schema, keymap = minify_schema(case["schema"], tokenizer=counter, options=options)
     output = case["output"]
     small = minify_json(output, keymap)
     text = compact(small)
@@ -55,7 +58,8 @@ def report_case(n: int, case: dict, tokenizer: str) -> CaseReport:
                       tokens_before=counter.count(compact(output)),
                       tokens_after=counter.count(text), roundtrip_ok=roundtrip,
                       valid_minified=not validate_minified(small, minified_schema),
-                      renamed_keys=keymap.renamed)
+                      renamed_keys=keymap.renamed,
+                      renamed_values=len(keymap.value_renames))
 
 
 def summarise(reports: list[CaseReport]) -> dict[str, Any]:

@@ -35,6 +35,8 @@ FIELDS: dict[str, Field] = {
     "max_tokens_cap": Field(int, 4096, 1, 1_000_000, help="Upper bound on max_tokens"),
     "minify_enabled": Field(bool, True, help="Minify JSON schema keys on the way up"),
     "minify_tools": Field(bool, False, help="Also minify tool/function parameter schemas"),
+    "minify_enums": Field(bool, False,
+                          help="Also alias multi-token enum values (where only enum values fit)"),
     "schema_error_action": Field(str, "retry", choices=("retry", "mark"),
                                  help="On a schema error: retry unminified, or mark"),
     "frontier_first_hours": Field(int, 48, 0, 24 * 365,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import orjson
+import pytest
 
 from tests.gateway.conftest import make_world
 
@@ -68,3 +69,20 @@ def test_minify_off_passes_the_schema_through(app, gateway, fake_replicas, front
     w = _world(app, gateway, fake_replicas, frontier, minify_enabled=False)
     w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
     assert _last_body(fake_replicas[0])["response_format"] == FMT
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_enum_values_minified_only_when_the_policy_says(app, gateway, fake_replicas, frontier,
+                                                        on):
+    schema = {"type": "object", "additionalProperties": False, "required": ["status"],
+              "properties": {"status": {"enum": ["AWAITING_CUSTOMER_RESPONSE",
+                                                 "ESCALATED_TO_ENGINEERING"]}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
+    w = _world(app, gateway, fake_replicas, frontier, schema_error_action="mark",
+               minify_enums=on)
+    w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=fmt)
+    sent = _last_body(fake_replicas[0])["response_format"]
+    if on:
+        assert sent["json_schema"]["schema"]["properties"]["status"]["enum"] == ["a", "b"]
+    else:  # "status" is one token: nothing else to minify, passed through as is
+        assert sent == fmt

@@ -1,5 +1,6 @@
 """Hypothesis strategies: random JSON schemas (objects, arrays of objects, $defs/$ref,
-anyOf) together with a way to draw valid instances of them."""
+anyOf, oneOf with a const discriminator, enums, enums mixed with free strings) together
+with a way to draw valid instances of them."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
@@ -15,6 +16,11 @@ keys = st.one_of(
 string_values = st.one_of(
     st.sampled_from(ALIAS_LIKE + ['{"a":1}', '"a":', "\\", '"', "😀", "\u0000", "a\\u0062"]),
     st.text(KEY_ALPHABET, max_size=20),
+)
+enum_values = st.one_of(
+    st.sampled_from(ALIAS_LIKE + ["AWAITING_CUSTOMER_RESPONSE", "Closed Won", "sales_qualified",
+                                  'quo"te', "back\\slash", "😀 émoji", "\u2028", "a\\u0062", ""]),
+    st.text(KEY_ALPHABET, max_size=12),
 )
 SCALARS = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},
            {"type": "number"}]
@@ -40,9 +46,24 @@ def value_schema(draw, depth: int, defs: list[str]):
         options += ["object", "array", "anyof"]
     if defs:
         options.append("ref")
+    options += ["enum", "const", "open_enum"]
+    if depth > 0:
+        options.append("oneof")
     kind = draw(st.sampled_from(options))
     if kind == "scalar":
         return dict(draw(st.sampled_from(SCALARS)))
+    if kind in ("enum", "open_enum"):
+        values = draw(st.lists(enum_values, min_size=1, max_size=5, unique=True))
+        if draw(st.booleans()):
+            values.append(draw(st.sampled_from([None, 7, True])))
+        enum = {"enum": values}
+        if kind == "open_enum":  # a free string may sit where enum values do
+            return {"anyOf": [enum, {"type": "string"}]}
+        return enum
+    if kind == "const":
+        return {"const": draw(enum_values)}
+    if kind == "oneof":
+        return draw(one_of_schema(depth - 1, defs))
     if kind == "object":
         return draw(object_schema(depth, defs))
     if kind == "array":
@@ -50,6 +71,21 @@ def value_schema(draw, depth: int, defs: list[str]):
     if kind == "ref":
         return {"$ref": f"#/$defs/{draw(st.sampled_from(defs))}"}
     return {"anyOf": [draw(object_schema(depth - 1, defs)), draw(object_schema(depth - 1, defs))]}
+
+
+@st.composite
+def one_of_schema(draw, depth: int, defs: list[str]):
+    """Object branches told apart by a required discriminator with distinct consts (so
+    exactly one branch matches)."""
+    tag = draw(keys)
+    tags = draw(st.lists(enum_values, min_size=2, max_size=3, unique=True))
+    branches = []
+    for value in tags:
+        branch = draw(object_schema(depth, defs))
+        branch["properties"][tag] = {"const": value}
+        branch["required"] = sorted(set(branch.get("required", [])) | {tag})
+        branches.append(branch)
+    return {"oneOf": branches}
 
 
 @st.composite
@@ -71,8 +107,13 @@ def _resolve(root: dict, schema: dict) -> dict:
 @st.composite
 def instance(draw, root: dict, schema: dict | None = None):
     schema = _resolve(root, root if schema is None else schema)
-    if "anyOf" in schema:
-        return draw(instance(root, draw(st.sampled_from(schema["anyOf"]))))
+    for kw in ("anyOf", "oneOf"):
+        if kw in schema:
+            return draw(instance(root, draw(st.sampled_from(schema[kw]))))
+    if "enum" in schema:
+        return draw(st.sampled_from(schema["enum"]))
+    if "const" in schema:
+        return schema["const"]
     kind = schema["type"]
     if kind == "object":
         out = {}

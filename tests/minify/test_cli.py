@@ -42,6 +42,26 @@ def test_bench_corpus_roundtrips(runner):
     totals = json.loads(result.output)
     assert totals["cases"] >= 20 and totals["roundtrip_ok"] is True
     assert totals["tokens_after"] < totals["tokens_before"]
+    result = runner.invoke(args=["minify", "report", "--cases", corpus, "--json",
+                                 "--minify-enums"])
+    assert result.exit_code == 0, result.output
+    with_enums = json.loads(result.output)
+    assert with_enums["roundtrip_ok"] is True
+    assert with_enums["tokens_after"] < totals["tokens_after"]
+
+
+def test_report_minify_enums_flag(runner, tmp_path):
+    case = {"schema": {"type": "object", "properties": {"status": {
+        "enum": ["AWAITING_CUSTOMER_RESPONSE", "ESCALATED_TO_ENGINEERING"]}}},
+        "output": {"status": "AWAITING_CUSTOMER_RESPONSE"}}
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(case) + "\n")
+    plain = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json"])
+    assert json.loads(plain.output)["reduction"] == 0.0  # "status" is one token already
+    result = runner.invoke(args=["minify", "report", "--cases", str(cases), "--minify-enums"])
+    assert result.exit_code == 0, result.output
+    assert "values renamed   2" in result.output and "9 ->     5 tokens" in result.output
+    assert "roundtrip ok" in result.output
 
 
 def test_ledger_savings_fields():

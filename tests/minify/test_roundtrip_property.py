@@ -1,5 +1,6 @@
 """Random schemas and valid objects round-trip exactly through minify -> expand, whole and
-streamed at random chunk boundaries (one character at a time included)."""
+streamed at random chunk boundaries (one character at a time included), with and
+without enum value minification."""
 from __future__ import annotations
 
 import json
@@ -8,8 +9,8 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.minify import (StreamExpander, expand_json, minify_json, minify_schema,
-                             validate_minified)
+from app.core.minify import (MinifyOptions, StreamExpander, expand_json, minify_json,
+                             minify_schema, validate_minified)
 from tests.minify.strategies import chunked, instance, schemas
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -20,6 +21,10 @@ def _stream(keymap, pieces: list[str]) -> tuple[str, list[str]]:
     ex = StreamExpander(keymap)
     out = "".join(ex.feed(p) for p in pieces) + ex.close()
     return out, ex.problems
+
+
+def _options(data) -> MinifyOptions:
+    return MinifyOptions(minify_enums=data.draw(st.booleans(), label="minify_enums"))
 
 
 def _serialise(obj, style: int) -> str:
@@ -36,7 +41,7 @@ def test_random_schema_roundtrips_whole_and_streamed(data):
     schema = data.draw(schemas())
     obj = data.draw(instance(schema))
     jsonschema.validate(obj, schema)
-    minified, keymap = minify_schema(schema)
+    minified, keymap = minify_schema(schema, options=_options(data))
     small = minify_json(obj, keymap)
     assert validate_minified(small, minified) == []
     assert expand_json(small, keymap) == obj
@@ -54,7 +59,7 @@ def test_random_schema_roundtrips_whole_and_streamed(data):
 def test_one_character_at_a_time(data):
     schema = data.draw(schemas())
     obj = data.draw(instance(schema))
-    _, keymap = minify_schema(schema)
+    _, keymap = minify_schema(schema, options=_options(data))
     text = _serialise(minify_json(obj, keymap), data.draw(st.integers(0, 2)))
     out, problems = _stream(keymap, list(text))
     assert problems == []
@@ -68,11 +73,13 @@ def test_one_character_at_a_time(data):
 def test_minify_is_deterministic_per_schema(data):
     from app.core.minify import clear_cache
     schema = data.draw(schemas())
-    first = minify_schema(schema)
+    options = _options(data)
+    first = minify_schema(schema, options=options)
     clear_cache()
-    again = minify_schema(json.loads(json.dumps(schema)))
+    again = minify_schema(json.loads(json.dumps(schema)), options=options)
     assert first[0] == again[0]
     assert first[1].renames == again[1].renames
+    assert first[1].value_renames == again[1].value_renames
 
 
 @SETTINGS
@@ -80,7 +87,7 @@ def test_minify_is_deterministic_per_schema(data):
 def test_stream_output_only_grows_and_holds_back_at_most_one_key(data):
     schema = data.draw(schemas())
     obj = data.draw(instance(schema))
-    _, keymap = minify_schema(schema)
+    _, keymap = minify_schema(schema, options=_options(data))
     text = json.dumps(minify_json(obj, keymap), ensure_ascii=data.draw(st.booleans()))
     final = expand_json(text, keymap)
     pieces = chunked(text, data.draw(st.lists(st.integers(0, 10_000), max_size=30)))
@@ -91,7 +98,7 @@ def test_stream_output_only_grows_and_holds_back_at_most_one_key(data):
         emitted += ex.feed(piece)
         consumed += piece
         assert final.startswith(emitted)
-        if ex.holding_key:  # only the inside of the unfinished key is held back
+        if ex.holding:  # only the inside of the unfinished key (or enum value) is held
             assert emitted.endswith('"')
         else:  # everything fed so far is out
             assert emitted[-1:] == consumed[-1:]

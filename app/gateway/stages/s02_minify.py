@@ -1,6 +1,7 @@
 """S02_SCHEMA_MINIFY: rewrite verbose JSON-schema keys (``response_format`` and, with the
 policy's ``minify_tools``, tool parameters) to short one-token aliases before decode,
-and the instructions that mention them (``app.core.minify``).
+and the instructions that mention them (``app.core.minify``); with the policy's
+``minify_enums``, multi-token enum values where only enum values fit, too.
 
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
@@ -52,12 +53,15 @@ def _wants(ctx: RequestContext) -> bool:
 
 
 def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
-    from app.core.minify import minify_response_format, minify_tools, rewrite_messages
+    from app.core.minify import (MinifyOptions, minify_response_format, minify_tools,
+                                 rewrite_messages)
     from app.minify.tokens import get_counter
     counter = get_counter(name)
+    options = MinifyOptions(minify_enums=bool(ctx.policy.get("minify_enums", False)))
     body = dict(ctx.body)
     keymap = schema = None
-    res = minify_response_format(body.get("response_format"), tokenizer=counter)
+    res = minify_response_format(body.get("response_format"), tokenizer=counter,
+                                 options=options)
     if res is not None:
         new_rf, keymap = res
         body["response_format"] = new_rf
@@ -65,7 +69,8 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
         schema = new_rf["json_schema"]["schema"]
     tool_maps: dict = {}
     if ctx.policy.get("minify_tools") and isinstance(body.get("tools"), list):
-        body["tools"], tool_maps = minify_tools(body["tools"], tokenizer=counter)
+        body["tools"], tool_maps = minify_tools(body["tools"], tokenizer=counter,
+                                                options=options)
     if keymap is None and not tool_maps:
         return None
     ctx.upstream_body = body
@@ -80,10 +85,12 @@ async def run(ctx: RequestContext) -> str:
         return await passthrough(ctx)
     ctx.minify = state
     ctx.key_map = state.keymap
+    km = state.keymap
     ctx.telemetry["minify"] = {
         "tokenizer": state.tokenizer,
         "aliases": {o if p in ("", "$") else f"{p}.{o}": a
-                    for p, o, a in (state.keymap.renames if state.keymap else ())[:50]},
+                    for p, o, a in (km.renames if km else ())[:50]},
+        "value_aliases": {f"{p}={v}": a for p, v, a in (km.value_renames if km else ())[:50]},
         "tools": sorted(state.tool_maps)}
     return "S03_PREFILL"
 
