@@ -5,6 +5,9 @@ Keys (``ns`` is the configured Redis namespace):
 - ``<ns>:budget:<tenant_id>:<YYYY-MM>``           spent this month, integer micro-dollars
 - ``<ns>:budget:<tenant_id>:<YYYY-MM>:reserved``  estimates of requests in flight
 - ``<ns>:budget:<tenant_id>:limit``               hash: limit_micro, action, tenant_name
+- ``<ns>:budget:<tenant_id>:<YYYY-MM>:refused``   set by the first hard-stop refusal of
+  the month (spent + in flight + the refused estimate, micro-dollars): the budget is at
+  100% even though ``spent`` stays below the limit (a hard stop refuses before it).
 
 The month is part of the key, so a new month starts at zero by construction. ``reserve``
 and ``settle`` are single Lua scripts, so concurrent gateways cannot both take the last
@@ -32,6 +35,7 @@ if limit then
   local action = redis.call('HGET', KEYS[3], 'action') or 'alert'
   if action == 'hard_stop' and (spent >= limit or spent + reserved + est > limit) then
     local name = redis.call('HGET', KEYS[3], 'tenant_name') or ''
+    redis.call('SET', KEYS[4], spent + reserved + est, 'NX', 'EX', ARGV[2])
     return {0, 'budget_exceeded', spent, reserved, limit, name}
   end
 end
@@ -81,6 +85,10 @@ def reserved_key(ns: str, tenant_id: int, period: str) -> str:
     return f"{ns}:budget:{tenant_id}:{period}:reserved"
 
 
+def refused_key(ns: str, tenant_id: int, period: str) -> str:
+    return f"{ns}:budget:{tenant_id}:{period}:refused"
+
+
 def limit_key(ns: str, tenant_id: int) -> str:
     return f"{ns}:budget:{tenant_id}:limit"
 
@@ -106,7 +114,7 @@ def error_body(reason: str) -> dict[str, Any]:
 def _reserve_call(ns: str, tenant_id: int, estimate_usd: Any, period: str | None):
     period = period or current_period()
     keys = [spent_key(ns, tenant_id, period), reserved_key(ns, tenant_id, period),
-            limit_key(ns, tenant_id)]
+            limit_key(ns, tenant_id), refused_key(ns, tenant_id, period)]
     return keys, [max(to_micro(estimate_usd, round_up=True), 0), COUNTER_TTL_S], period
 
 
@@ -156,21 +164,27 @@ async def asettle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
 
 
 def state(redis, ns: str, tenant_id: int, period: str | None = None) -> dict[str, Any]:
-    """Spent, in flight and limit (micro-dollars; limit None without a budget)."""
+    """Spent, in flight and limit (micro-dollars; limit None without a budget), and
+    ``refused_micro``: what the month's first hard-stop refusal would have made it
+    (None: nothing refused yet)."""
     period = period or current_period()
-    spent, reserved = redis.mget(spent_key(ns, tenant_id, period),
-                                 reserved_key(ns, tenant_id, period))
+    spent, reserved, refused = redis.mget(spent_key(ns, tenant_id, period),
+                                          reserved_key(ns, tenant_id, period),
+                                          refused_key(ns, tenant_id, period))
     limit = redis.hgetall(limit_key(ns, tenant_id))
     limit = {_text(k): _text(v) for k, v in limit.items()}
     return {"period": period, "spent_micro": int(spent or 0), "reserved_micro": int(reserved or 0),
             "limit_micro": int(limit["limit_micro"]) if "limit_micro" in limit else None,
-            "action": limit.get("action")}
+            "action": limit.get("action"),
+            "refused_micro": int(refused) if refused is not None else None}
 
 
 def mirror_limit(redis, ns: str, tenant_id: int, limit_usd: Decimal | None, action: str = "",
                  tenant_name: str = "") -> None:
-    """Publish a saved budget to Redis (None removes it)."""
+    """Publish a saved budget to Redis (None removes it). A changed budget forgets this
+    month's refusal: it is judged against the new limit."""
     key = limit_key(ns, tenant_id)
+    redis.delete(refused_key(ns, tenant_id, current_period()))
     if limit_usd is None:
         redis.delete(key)
         return

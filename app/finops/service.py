@@ -149,6 +149,7 @@ def list_budgets(user, period: str | None = None) -> list[dict[str, Any]]:
                     "monthly_limit_usd": row.monthly_limit_usd, "action": row.action,
                     "webhook_url": row.webhook_url, "spent_usd": spent,
                     "in_flight_usd": costing.from_micro(st["reserved_micro"]),
+                    "refusing": st["refused_micro"] is not None,
                     "used_pct": float(spent / row.monthly_limit_usd * 100)
                     if row.monthly_limit_usd else 0.0,
                     "can_manage": user.can("budget.manage", tenant.id)})
@@ -169,27 +170,31 @@ def list_alerts(user, limit: int = 50) -> list[dict[str, Any]]:
 def check_budget_alerts(now: datetime | None = None) -> list[BudgetAlert]:
     """Raise the 50/80/100% alerts crossed this month (from the Redis counters): one row
     per tenant/period/threshold, then POST each new one to the budget's webhook (or
-    BUDGET_WEBHOOK_URL). Returns the new alerts."""
+    BUDGET_WEBHOOK_URL). A hard stop's first refusal counts as 100% (it refuses before
+    spend reaches the limit, so spend alone would never get there). Returns the new
+    alerts."""
     period = rb.current_period(now)
     redis, ns, new = get_redis(), _ns(), []
     for row, tenant in db.session.execute(sa.select(Budget, Tenant).join(
             Tenant, Tenant.id == Budget.tenant_id)):
-        spent = costing.from_micro(rb.state(redis, ns, tenant.id, period)["spent_micro"])
+        st = rb.state(redis, ns, tenant.id, period)
+        spent = costing.from_micro(st["spent_micro"])
         used = spent / row.monthly_limit_usd * 100 if row.monthly_limit_usd else 0
+        refused = st["refused_micro"] is not None
         for pct in THRESHOLDS:
-            if used < pct:
-                break
+            if used < pct and not (pct == 100 and refused):
+                continue
             alert = _insert_alert(tenant.id, period, pct, spent)
             if alert is not None:
-                new.append((alert, row, tenant))
+                new.append((alert, row, tenant, refused and used < pct))
     db.session.commit()
     default_url = current_app.config.get("BUDGET_WEBHOOK_URL") or ""
-    for alert, row, tenant in new:
+    for alert, row, tenant, by_refusal in new:
         url = row.webhook_url or default_url
         if url:
-            alert.webhook_status = _post_webhook(url, alert, row, tenant)
+            alert.webhook_status = _post_webhook(url, alert, row, tenant, by_refusal)
     db.session.commit()
-    return [a for a, _, _ in new]
+    return [a for a, _, _, _ in new]
 
 
 def _insert_alert(tenant_id: int, period: str, pct: int, spent: Decimal) -> BudgetAlert | None:
@@ -208,12 +213,15 @@ def _insert_alert(tenant_id: int, period: str, pct: int, spent: Decimal) -> Budg
     return alert
 
 
-def _post_webhook(url: str, alert: BudgetAlert, row: Budget, tenant: Tenant) -> str:
+def _post_webhook(url: str, alert: BudgetAlert, row: Budget, tenant: Tenant,
+                  by_refusal: bool = False) -> str:
+    """``trigger``: 'spend' (the counter crossed the threshold) or 'refused' (a hard stop
+    refused a request whose estimate would have passed the limit)."""
     payload = {"event": "budget.threshold", "tenant_id": tenant.id, "tenant": tenant.name,
                "department": tenant.department, "period": alert.period,
                "threshold_pct": alert.threshold_pct, "spent_usd": str(costing.cents(alert.spent_usd)),
                "monthly_limit_usd": str(costing.cents(row.monthly_limit_usd)),
-               "action": row.action}
+               "action": row.action, "trigger": "refused" if by_refusal else "spend"}
     try:
         resp = httpx.post(url, json=payload, timeout=5.0)
         return f"{resp.status_code}"

@@ -176,6 +176,58 @@ def test_alerts_fire_once_per_threshold_and_post_the_webhook(app, redis_client, 
         server.server_close()
 
 
+@pytest.fixture()
+def hook():
+    """A real HTTP server receiving the budget webhooks."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Hook.received = []
+    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_hard_stop_refusal_raises_the_100_percent_alert(app, redis_client, ns, hook):
+    """A hard stop refuses while spend is still under the limit, so spend alone never
+    reaches 100%: the refusal itself raises the 100% alert and webhook, once."""
+    tenant = TenantFactory(name="legal-ops", department="Legal")
+    admin = UserFactory(role="finops")
+    service.save_budget(admin, tenant.id, "1.00", "hard_stop", hook)
+    period = rb.current_period()
+    assert rb.reserve(redis_client, ns, tenant.id, Decimal("0.10"), period=period)[0]
+    rb.settle(redis_client, ns, tenant.id, Decimal("0.10"), Decimal("0.85"), period=period)
+    assert sorted(a.threshold_pct for a in service.check_budget_alerts()) == [50, 80]
+    ok, reason = rb.reserve(redis_client, ns, tenant.id, Decimal("0.20"), period=period)
+    assert not ok and "exhausted" in reason
+    st = rb.state(redis_client, ns, tenant.id, period)
+    assert st["spent_micro"] == 850_000 < st["limit_micro"]          # spend stayed under
+    assert st["refused_micro"] == 1_050_000 and st["reserved_micro"] == 0
+    assert [a.threshold_pct for a in service.check_budget_alerts()] == [100]
+    assert [h["threshold_pct"] for h in _Hook.received] == [50, 80, 100]
+    last = _Hook.received[-1]
+    assert last["trigger"] == "refused" and last["spent_usd"] == "0.85"
+    assert last["action"] == "hard_stop" and last["tenant"] == "legal-ops"
+    assert [h["trigger"] for h in _Hook.received[:2]] == ["spend", "spend"]
+    # later refusals do not alert again; the alert row records the webhook's answer
+    assert not rb.reserve(redis_client, ns, tenant.id, Decimal("0.5"), period=period)[0]
+    assert service.check_budget_alerts() == []
+    row = db.session.scalar(sa.select(BudgetAlert).where(BudgetAlert.threshold_pct == 100))
+    assert row.webhook_status == "204" and row.spent_usd == Decimal("0.85")
+
+
+def test_an_alert_only_budget_is_not_at_100_percent_before_its_spend_is(app, redis_client,
+                                                                          ns, hook):
+    tenant = TenantFactory()
+    service.save_budget(UserFactory(role="admin"), tenant.id, "1.00", "alert", hook)
+    period = rb.current_period()
+    rb.settle(redis_client, ns, tenant.id, 0, Decimal("0.85"), period=period)
+    assert rb.reserve(redis_client, ns, tenant.id, Decimal("0.5"), period=period) == \
+        (True, rb.OVER_ALERT_ONLY)
+    assert sorted(a.threshold_pct for a in service.check_budget_alerts()) == [50, 80]
+    assert rb.state(redis_client, ns, tenant.id, period)["refused_micro"] is None
+
+
 def test_counters_reconcile_with_the_ledger(app, redis_client, ns):
     tenant = TenantFactory()
     admin = UserFactory(role="admin")
