@@ -9,6 +9,10 @@ over all value tokens / all tokens, and prints the AUROC of the margin for predi
 correct answer and the accuracy/escalation trade-off as γ varies.
 
     .venv/bin/python bench/margin.py [--url http://127.0.0.1:8500] [--limit 50]
+    .venv/bin/python bench/margin.py --recorded bench/data/margin_results_smollm2.jsonl
+
+``--recorded`` reports from per-item results an earlier run wrote with ``--out`` (no engine
+is started; the answers and margins are the ones that run measured).
 """
 from __future__ import annotations
 
@@ -126,10 +130,14 @@ def main() -> int:
     ap.add_argument("--out", help="per-item results (JSONL), appended as they come; a rerun "
                                   "with the same file resumes")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per request")
+    ap.add_argument("--recorded", help="report from this per-item results file (JSONL "
+                                       "written by --out); nothing is run")
     args = ap.parse_args()
     items = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     if args.limit:
         items = items[:args.limit]
+    if args.recorded:
+        return report_recorded(Path(args.recorded), items, args.window)
     proc = None
     url = args.url
     if not url:
@@ -173,10 +181,25 @@ def main() -> int:
     return 0
 
 
-def report(rows: list[dict], window: int, elapsed: float, engine: str) -> None:
+def report_recorded(path: Path, items: list[dict], window: int) -> int:
+    """Report from recorded per-item results; correctness is re-scored against the gold file."""
+    gold = {it["id"]: it for it in items}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r["id"] in gold]
+    for r in rows:
+        r["correct"] = correct(r["answer"], gold[r["id"]])
+    missing = len(gold) - len({r["id"] for r in rows})
+    if missing:
+        print(f"{missing} gold items have no recorded result and are not counted")
+    report(rows, window, None, f"recorded results {path.name}")
+    return 0
+
+
+def report(rows: list[dict], window: int, elapsed: float | None, engine: str) -> None:
     y = np.array([r["correct"] for r in rows], dtype=int)
+    took = "" if elapsed is None else f" in {elapsed:.0f} s"
     print(f"engine: {engine} (SmolLM2-135M-Instruct Q4_1 GGUF, greedy, json_schema, "
-          f"top_logprobs=2); {len(rows)} items in {elapsed:.0f} s")
+          f"top_logprobs=2); {len(rows)} items{took}")
     print(f"accuracy (no escalation): {y.mean():.1%} ({y.sum()}/{len(y)})")
     for key, label in (("margin_window", f"margin, first {window} value tokens (the monitor)"),
                        ("margin_values", "margin, all value tokens"),

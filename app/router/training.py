@@ -23,8 +23,8 @@ from app.core.router_model import PARAMS_FORMAT
 C_GRID = (0.01, 0.1, 1.0)
 
 
-def _lr(C: float) -> LogisticRegression:
-    return LogisticRegression(C=C, class_weight="balanced", max_iter=1000)
+def _lr(C: float, balanced: bool = True) -> LogisticRegression:
+    return LogisticRegression(C=C, class_weight="balanced" if balanced else None, max_iter=1000)
 
 
 def _constant_tier(rank: int, dim: int, rate: float) -> dict:
@@ -35,12 +35,14 @@ def _constant_tier(rank: int, dim: int, rate: float) -> dict:
 
 def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "isotonic",
              folds: int = 5, Cs: Sequence[float] = C_GRID, seed: int = 0,
-             raw_dims: int = 0) -> dict:
+             raw_dims: int = 0, balanced: bool = True) -> dict:
     """One tier's exported params (coef, intercept, calibration map over the raw score).
 
     The first ``raw_dims`` columns are centred but not scaled: a unit-length embedding's
     384 small coordinates then cost more L2 weight than the few structural features, so
-    the embedding cannot drown them with noise."""
+    the embedding cannot drown them with noise. ``balanced=False`` fits a plain (unweighted)
+    logistic regression: with ``calibration="none"`` that is the honest "before
+    calibration" reference (class weights alone shift its probabilities)."""
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y, dtype=int)
     n_min = int(min(y.sum(), len(y) - y.sum()))
@@ -58,13 +60,14 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
     for c in Cs:  # pick the regularisation by out-of-fold log-loss of the calibrated score
         oof = np.zeros(len(y))
         for fit_idx, cal_idx in splits:
-            oof[cal_idx] = _lr(c).fit(Xs[fit_idx], y[fit_idx]).decision_function(Xs[cal_idx])
+            oof[cal_idx] = _lr(c, balanced).fit(Xs[fit_idx], y[fit_idx]).decision_function(
+                Xs[cal_idx])
         p = np.clip(IsotonicRegression(out_of_bounds="clip").fit(oof, y).predict(oof), 1e-4, 1 - 1e-4)
         loss = float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
         if best is None or loss < best[0]:
             best = (loss, c, oof)
     _, C, oof = best
-    final = _lr(C).fit(Xs, y)
+    final = _lr(C, balanced).fit(Xs, y)
     w = final.coef_[0] / scale
     b = float(final.intercept_[0] - np.dot(final.coef_[0], mean / scale))
     if calibration == "isotonic":
@@ -83,9 +86,11 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
 
 
 def fit_router(per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]], *, fallback_rank: int = 3,
-               calibration: str = "isotonic", seed: int = 0, raw_dims: int = 0) -> dict:
+               calibration: str = "isotonic", seed: int = 0, raw_dims: int = 0,
+               balanced: bool = True) -> dict:
     """Params for every cheaper tier: ``per_tier`` maps rank -> (X, y) of its labelled rows."""
-    tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed, raw_dims=raw_dims)
+    tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed, raw_dims=raw_dims,
+                      balanced=balanced)
              for rank, (X, y) in sorted(per_tier.items())]
     dims = {len(t["coef"]) for t in tiers}
     if len(dims) != 1:

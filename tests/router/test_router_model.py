@@ -107,6 +107,22 @@ def test_calibration_improves_ece_on_held_out():
     assert ece_after < rm.ece(rm.predict_batch(platt, Xh)[:, 0], yh)
 
 
+def test_unweighted_reference_is_not_shifted_by_class_weights():
+    def few_passes(seed):  # keep one pass in four: class weights then matter
+        X, y = synthetic(3000, seed)
+        keep = (y == 0) | (np.arange(len(y)) % 4 == 0)
+        return X[keep], y[keep]
+    X, y = few_passes(4)
+    Xh, yh = few_passes(5)
+    plain = fit_router({1: (X, y)}, fallback_rank=2, calibration="none", balanced=False)
+    weighted = uncalibrated(fit_router({1: (X, y)}, fallback_rank=2))
+    q_plain = rm.predict_batch(plain, Xh)[:, 0]
+    q_weighted = rm.predict_batch(weighted, Xh)[:, 0]
+    # balanced weights push every probability towards 50%: the mean q overshoots the rate
+    assert abs(q_plain.mean() - yh.mean()) < 0.03 < q_weighted.mean() - yh.mean()
+    assert rm.ece(q_plain, yh) < rm.ece(q_weighted, yh)
+
+
 def test_exported_params_match_sklearn_ranking_and_survive_json():
     import json
     X, y = synthetic(800, 3)
