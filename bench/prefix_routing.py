@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.rendezvous import ReplicaView, affinity_key, pick_replica  # noqa: E402
+from app.core.rendezvous import ReplicaView, affinity_key, sluice_choice  # noqa: E402
 from app.routing.live import make_sessions, reply_text, scrape, system_prompt  # noqa: E402
 from app.routing.load import InflightTracker, read_loads  # noqa: E402
 
@@ -125,9 +125,7 @@ def run_arm(policy: str, args, redis_client, ns: str, log_dir: Path) -> dict:
                         key = affinity_key(sess.session_id if sess else None,
                                            body["messages"][0]["content"], 4500)
                         loads = read_loads(redis_client, [v.id for v in views], ns)
-                        choice = pick_replica(key, views, loads, args.c,
-                                              choices=None if sess is None else 1,
-                                              floor=args.floor)
+                        choice = sluice_choice(key, views, loads, args.c)
                     tracker.acquire(choice.id)
                 try:
                     resp = client.post(choice.url + "/v1/chat/completions", json=body)
@@ -173,8 +171,6 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="requests in flight at once")
     p.add_argument("--c", type=float, default=1.25, help="bounded-load factor")
-    p.add_argument("--floor", type=float, default=0.0,
-                   help="pick_replica(floor=): in-flight load never counted as over")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--redis", default=os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = p.parse_args()
@@ -189,7 +185,7 @@ def main() -> None:
     for key in r.scan_iter(f"{ns}:*"):
         r.delete(key)
     print(f"{args.replicas} replicas ({args.model}), prefix cache {args.kv_tokens} tokens each; "
-          f"sluice: c={args.c}, floor={args.floor}, {args.workers} requests in flight; "
+          f"sluice: c={args.c}, {args.workers} requests in flight; "
           f"{args.sessions} sessions x {args.turns} turns (+{args.context_words} context words "
           f"each) + {args.singles} single-shot/round, "
           f"{args.teams} team prompts; hit rate from the replicas' /metrics")

@@ -20,8 +20,8 @@ of 160 virtual nodes per replica, same key as sluice, no load bound), prefix tri
 (production-stack style: longest matched prefix among replicas it was sent to, random
 tie-break, never forgets), cache-aware (SGLang-router style: shortest queue when
 imbalanced, else best match above ``cache_threshold``, else smallest tree), sluice
-(``pick_replica`` keyed by session id else static-prefix hash; load = in flight + queued;
-static-prefix keys take the least loaded replica within the bound, sessions their first),
+(``rendezvous.sluice_choice``, the policy S03 runs, keyed by session id else static-prefix
+hash; load = in flight + queued),
 oracle (one pooled cache of replicas x kv_tokens that every replica reads, as if KV moved
 for free, with least-loaded dispatch: an upper bound on both hit rate and balance).
 
@@ -39,18 +39,23 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-import numpy as np
-
-from app.core.rendezvous import ReplicaView, affinity_key, pick_replica
+from app.core.rendezvous import ReplicaView, affinity_key, sluice_choice
 
 POLICIES = ("round_robin", "random", "least_loaded", "consistent_hash", "prefix_trie",
             "cache_aware", "sluice", "oracle")
 
 
+# KV-cache tokens of one seed Tier-1 replica: an 8B FP8 model on an 80 GB H100 at vLLM's
+# gpu_memory_utilization 0.9 leaves ~60 GiB for the KV cache; at FP8 KV (64 KiB per token:
+# 32 layers x 8 KV heads x 128 dims x K and V) that holds 983,040 tokens. At bf16 KV it is
+# half that (--kv-tokens 491520).
+DEFAULT_KV_TOKENS = 983_040
+
+
 @dataclass(frozen=True)
 class SimParams:
     replicas: int = 8
-    kv_tokens: int = 262_144
+    kv_tokens: int = DEFAULT_KV_TOKENS
     block_tokens: int = 16
     prefill_ms_per_token: float = 0.08
     decode_ms_per_token: float = 15.0
@@ -58,8 +63,6 @@ class SimParams:
     concurrency: int = 32
     bounded_load_c: float = 1.25
     prefix_key_tokens: int = 4500
-    prefix_choices: int | None = None   # pick_replica(choices=) for static-prefix keys
-    load_floor: float = 0.0             # pick_replica(floor=)
     seed: int = 1
 
 
@@ -223,11 +226,10 @@ class _Router:
             points, owners = self.ring
             return owners[bisect.bisect(points, _h(req.key)) % len(points)]
         if self.name == "sluice":
-            # as in production: in-flight plus queued (vllm:num_requests_waiting)
+            # as in production: in-flight plus queued (vllm:num_requests_waiting), and
+            # the very policy S03 runs
             loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
-            choices = self.p.prefix_choices if req.key.startswith("p:") else 1
-            return pick_replica(req.key, self.views, loads, self.p.bounded_load_c,
-                                choices=choices, floor=self.p.load_floor).id
+            return sluice_choice(req.key, self.views, loads, self.p.bounded_load_c).id
         if self.name == "prefix_trie":
             return self._prefix_trie(req)
         return self._cache_aware(req, now)
@@ -271,6 +273,7 @@ class _Router:
 
 def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
     """One policy over the whole workload; returns its figures."""
+    import numpy as np   # here, so the CLI that reads DEFAULT_KV_TOKENS loads without it
     if name == "oracle":   # one pooled cache every replica reads (free KV transfer)
         pooled = RadixLRU(p.kv_tokens * p.replicas)
         reps = [_Replica(pooled) for _ in range(p.replicas)]

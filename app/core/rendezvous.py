@@ -99,6 +99,36 @@ def pick_replica(key: str, replicas: Sequence[ReplicaView],
     return min(enumerate(within or order), key=rel)[1]
 
 
+# Sluice's replica-choice policy, the one S03 runs, the simulator's "sluice" policy and
+# bench/prefix_routing.py (through the gateway) measure. Chosen with the simulator on the
+# seed preset (8 replicas, several RNG seeds): sending static-prefix keys to only their top
+# two replicas piles a hot team onto two replicas (max/mean load ~1.5), and without a load
+# floor the ceil(c x mean) bound moves sessions off their warm replica at ordinary load
+# (~2 points of hit rate lost to history recomputed elsewhere).
+SESSION_CHOICES = 1          # a session stays on its first replica within the bound
+PREFIX_CHOICES: int | None = None   # any other key: the least loaded replica within it
+# In-flight requests under which a replica never counts as over the bound: a serving
+# engine batches that many sequences per step at almost no cost to each (vLLM's
+# max_num_seqs is 256 by default; the simulator's replicas run 32).
+LOAD_FLOOR = 16.0
+
+
+def choices_for_key(key: str) -> int | None:
+    """``pick_replica(choices=)`` for an ``affinity_key``: a session's history lives on one
+    replica and is expensive to rebuild elsewhere, whereas a static prefix is one system
+    prompt that every replica holds after its first request, so those requests are the
+    ones that absorb imbalance."""
+    return SESSION_CHOICES if key.startswith("s:") else PREFIX_CHOICES
+
+
+def sluice_choice(key: str, replicas: Sequence[ReplicaView],
+                  loads: Mapping[Hashable, float] | None = None,
+                  c: float = 1.25) -> ReplicaView | None:
+    """The replica Sluice sends a request with rendezvous key ``key`` to."""
+    return pick_replica(key, replicas, loads, c, choices=choices_for_key(key),
+                        floor=LOAD_FLOOR)
+
+
 def _norm_prefix(static_prefix: str | Sequence[int] | None, prefix_key_tokens: int) -> str:
     if static_prefix is None:
         return ""

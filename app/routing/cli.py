@@ -7,6 +7,7 @@ import sys
 import click
 from flask.cli import AppGroup
 
+from app.core.prefix_sim import DEFAULT_KV_TOKENS
 from app.drills.cli import drill_cli
 
 sim_cli = AppGroup("sim", help="Capacity-planning simulators")
@@ -40,8 +41,9 @@ def format_table(result: dict) -> str:
 @sim_cli.command("prefix-routing")
 @click.option("--workload", "workload_path", required=True, help="JSON-lines file ('-': stdin)")
 @click.option("--replicas", type=click.IntRange(1, 4096), required=True)
-@click.option("--kv-tokens", type=click.IntRange(1), default=262_144, show_default=True,
-              help="KV-cache tokens per replica")
+@click.option("--kv-tokens", type=click.IntRange(1), default=DEFAULT_KV_TOKENS,
+              show_default=True, help="KV-cache tokens per replica (default: an 8B FP8 "
+              "model with FP8 KV on an 80 GB H100; 491520 at bf16 KV)")
 @click.option("--block-tokens", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--prefill-ms-per-token", type=float, default=0.08, show_default=True)

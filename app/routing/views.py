@@ -7,6 +7,7 @@ from flask import Blueprint, Response, flash, redirect, render_template, request
 from flask_login import current_user, login_required
 
 from app.console.helpers import require
+from app.core.prefix_sim import DEFAULT_KV_TOKENS
 from app.errors import ServiceError
 from app.redis_client import get_redis, keys
 from app.routing import charts, lint, service
@@ -34,7 +35,7 @@ def index():
         lint_rows, lint_error = [], f"live traffic samples unavailable ({exc.__class__.__name__})"
     return render_template("routing/index.html", runs=runs, latest=latest, chart=chart,
                            lint_rows=lint_rows, lint_error=lint_error,
-                           can_run=current_user.can("drill.run"))
+                           can_run=current_user.can("drill.run"), default_kv=DEFAULT_KV_TOKENS)
 
 
 @bp.route("/simulate", methods=["POST"])
@@ -44,7 +45,7 @@ def simulate():
     try:
         run = service.run_seed_simulation(
             replicas=int(request.form.get("replicas") or 8),
-            kv_tokens=int(request.form.get("kv_tokens") or 262_144),
+            kv_tokens=int(request.form.get("kv_tokens") or DEFAULT_KV_TOKENS),
             requests=int(request.form.get("requests") or 5000), actor=current_user)
     except ValueError:
         flash("replicas, KV tokens and requests must be whole numbers", "error")

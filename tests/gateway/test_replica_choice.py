@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from app.core.rendezvous import ReplicaView, affinity_key, hrw_order
+from app.core.rendezvous import LOAD_FLOOR, ReplicaView, affinity_key, hrw_order
 from app.routing.load import InflightTracker, read_loads
 from tests.gateway.conftest import make_world, wait_for
 
@@ -51,12 +51,13 @@ def test_bounded_load_spills_to_the_next_replica(app, world, fake_replicas, redi
     wait_for(lambda: sum(read_loads(redis_client, ids, ns).values()) == 0,
              what="in-flight released")
     tracker = InflightTracker(redis_client, ns, gateway_id="another-gateway")
-    for _ in range(6):
-        tracker.acquire(rows[home].id)  # another gateway has 6 requests on the home replica
+    busy = int(LOAD_FLOOR) + 4      # past the load floor and c x mean
+    for _ in range(busy):
+        tracker.acquire(rows[home].id)  # another gateway's requests on the home replica
     try:
         assert _send(world, "busy-session").headers["x-fake-replica"] == other
     finally:
-        for _ in range(6):
+        for _ in range(busy):
             tracker.release(rows[home].id)
     assert _send(world, "busy-session").headers["x-fake-replica"] == home
 

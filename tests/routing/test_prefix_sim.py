@@ -1,10 +1,12 @@
 """The cluster simulator: its KV cache model, and the policy comparison on the seed preset."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.core.prefix_sim import POLICIES, RadixLRU, SimParams, best_non_oracle, simulate
-from app.routing.workload import LINE_KEYS, seed_workload, to_lines
+from app.routing.workload import LINE_KEYS, MAX_CONTEXT, seed_workload, to_lines
 
 
 def test_radix_cache_shares_prefixes_and_evicts_leaves_first():
@@ -32,7 +34,6 @@ def test_workload_lines_have_the_issue_format():
     rows = seed_workload(300, seed=3)
     assert len(rows) == 300
     line = to_lines(rows[:1])[0]
-    import json
     obj = json.loads(line)
     assert tuple(obj) == LINE_KEYS
     assert obj["segments"][0][1] + obj["segments"][1][1] == 4500     # static prefix
@@ -42,26 +43,55 @@ def test_workload_lines_have_the_issue_format():
     assert any(r["session_id"] for r in rows) and any(r["session_id"] is None for r in rows)
 
 
+def test_sessions_grow_to_the_history_fl28b_saw_recomputed():
+    # FL-28B: "multi-turn conversations re-computed 12,000 tokens of history on every turn"
+    rows = [r for r in seed_workload(6000, seed=5) if r["session_id"]]
+    history = sorted(sum(n for _, n in r["segments"]) - 4500 for r in rows)
+    assert history[int(0.9 * len(history))] >= 12_000
+    assert history[-1] + 4500 <= MAX_CONTEXT
+    assert len({r["session_id"] for r in rows}) > 200
+
+
 @pytest.fixture(scope="module")
-def seed_result():
-    # A smaller seed preset (6,000 requests, ~5 minutes of traffic) on 8 replicas.
-    return simulate(seed_workload(6000, seed=28), SimParams(replicas=8))
+def seed_result(_app, tmp_path_factory):
+    """The CLI's default seed preset (20,000 requests, RNG seed 28) on 8 replicas at the
+    default KV size, through ``flask sim workload`` and ``flask sim prefix-routing --json``."""
+    runner = _app.test_cli_runner()
+    out = tmp_path_factory.mktemp("sim") / "seed.jsonl"
+    res = runner.invoke(args=["sim", "workload", "--preset", "seed", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out),
+                              "--replicas", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def assert_sluice_meets_the_bar(result):
+    pols = result["policies"]
+    sluice = pols["sluice"]
+    best, best_rate = best_non_oracle(result)
+    assert sluice["hit_rate"] >= 0.88, pols
+    assert best_rate - sluice["hit_rate"] <= 0.05, (best, pols)
+    assert sluice["max_over_mean_load"] <= 1.25, pols
 
 
 def test_sluice_keeps_the_cache_and_the_balance(seed_result):
-    pols = seed_result["policies"]
-    assert set(pols) == set(POLICIES)
-    sluice = pols["sluice"]
-    best, best_rate = best_non_oracle(seed_result)
-    assert best_rate - sluice["hit_rate"] <= 0.05
-    assert sluice["hit_rate"] >= 0.87
-    assert sluice["max_over_mean_load"] <= 1.25
+    assert set(seed_result["policies"]) == set(POLICIES)
+    assert seed_result["requests"] == 20_000 and seed_result["replicas"] == 8
+    assert_sluice_meets_the_bar(seed_result)
+
+
+@pytest.mark.parametrize("rng_seed", [1, 2])
+def test_the_bar_holds_on_other_draws_of_the_preset(rng_seed):
+    assert_sluice_meets_the_bar(simulate(seed_workload(20_000, seed=rng_seed),
+                                         SimParams(replicas=8)))
 
 
 def test_round_robin_collapses_and_sticky_hashing_piles_up(seed_result):
     pols = seed_result["policies"]
     for name in ("round_robin", "random", "least_loaded"):
-        assert pols[name]["hit_rate"] < pols["sluice"]["hit_rate"] - 0.05
+        # FL-28B: the cache goes when requests ignore where their prefix lives
+        assert pols[name]["hit_rate"] < pols["sluice"]["hit_rate"] - 0.15, name
     for name in ("consistent_hash", "prefix_trie"):
         assert pols[name]["max_over_mean_load"] > 1.5
     assert pols["sluice"]["ttft_p99_ms"] < pols["round_robin"]["ttft_p99_ms"]

@@ -8,8 +8,9 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.rendezvous import (ReplicaView, affinity_key, hrw_order, load_bound,
-                                 pick_replica)
+from app.core.rendezvous import (LOAD_FLOOR, PREFIX_CHOICES, SESSION_CHOICES, ReplicaView,
+                                 affinity_key, choices_for_key, hrw_order, load_bound,
+                                 pick_replica, sluice_choice)
 
 ids = st.lists(st.integers(min_value=1, max_value=10_000), min_size=2, max_size=12, unique=True)
 keys = st.lists(st.text(min_size=1, max_size=24), min_size=1, max_size=40, unique=True)
@@ -153,3 +154,40 @@ def test_floor_keeps_a_near_idle_cluster_from_spilling():
     assert pick_replica("sess", replicas, loads, 1.25).id != home.id   # ceil(1.25*2/4) = 1
     assert pick_replica("sess", replicas, loads, 1.25, floor=4).id == home.id
     assert pick_replica("sess", replicas, {home.id: 4}, 1.25, floor=4).id != home.id
+
+
+def test_sluice_policy_keeps_sessions_home_and_spreads_static_prefixes():
+    replicas = view(range(1, 9))
+    session = affinity_key("sess-7", None)
+    home = hrw_order(session, replicas)[0]
+    busy = {home.id: LOAD_FLOOR - 1}           # far over c x mean, under the floor
+    assert sluice_choice(session, replicas, busy).id == home.id
+    over = {home.id: LOAD_FLOOR + 4, **{r.id: 2 for r in replicas if r != home}}
+    assert sluice_choice(session, replicas, over).id == hrw_order(session, replicas)[1].id
+    prefix = affinity_key(None, "You are the billing assistant." * 40)
+    order = hrw_order(prefix, replicas)
+    loads = {r.id: 5 for r in order}
+    loads[order[5].id] = 1                     # the least loaded is sixth in HRW order
+    assert sluice_choice(prefix, replicas, loads).id == order[5].id
+    assert sluice_choice(prefix, replicas, {}).id == order[0].id   # idle: HRW first
+    assert choices_for_key(session) == SESSION_CHOICES
+    assert choices_for_key(prefix) == choices_for_key("r:req-1") == PREFIX_CHOICES
+
+
+def test_gateway_simulator_and_bench_share_one_policy():
+    # One definition: S03, the simulator's "sluice" policy and the bench (which drives the
+    # gateway) cannot drift apart, and the simulator has no knob of its own for it.
+    import ast
+    import pathlib
+
+    from app.core import prefix_sim
+    from app.gateway.stages import s03_prefill
+    assert s03_prefill.sluice_choice is sluice_choice
+    assert prefix_sim.sluice_choice is sluice_choice
+    assert not {"prefix_choices", "load_floor", "choices", "floor"} & set(
+        prefix_sim.SimParams.__dataclass_fields__)
+    bench = pathlib.Path(__file__).resolve().parents[2] / "bench" / "prefix_routing.py"
+    for path in (pathlib.Path(s03_prefill.__file__), pathlib.Path(prefix_sim.__file__), bench):
+        calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        assert "pick_replica" not in calls, path

@@ -1,6 +1,7 @@
 """S03_PREFILL: choose the replica of the tier's pool that serves the request.
 
-Weighted rendezvous hashing with bounded load (``app.core.rendezvous``): the key is the
+Weighted rendezvous hashing with bounded load (``app.core.rendezvous.sluice_choice``, the
+policy the simulator and the prefix-routing bench measure): the key is the
 session id (header ``X-Sluice-Session`` / ``X-Session-Id`` or the OpenAI ``user``, per
 the policy's ``session_key``), else a hash of the static prefix (leading system
 messages + tools, cut to ``prefix_key_tokens``), salted with the tenant's cache salt
@@ -16,12 +17,11 @@ import logging
 
 import orjson
 
-from app.core.rendezvous import ReplicaView, affinity_key, hrw_order, pick_replica
+from app.core.rendezvous import ReplicaView, affinity_key, hrw_order, sluice_choice
 from app.gateway.context import RequestContext
 from app.routing.load import cache_salt_for, read_loads_async
 
 log = logging.getLogger(__name__)
-PREFIX_CHOICES = 2  # a static prefix is cheap to hold twice: spread over the top two
 
 
 def _text(content) -> str:
@@ -120,9 +120,8 @@ async def run(ctx: RequestContext) -> str:
         return "S04_DECODE"
     views, by_id = _views(reps)
     loads = await _loads(ctx, [v.id for v in views])
-    choice = pick_replica(routing_key(ctx), views, loads,
-                          float(ctx.policy.get("bounded_load_factor") or 1.25),
-                          choices=1 if ctx.session_id else PREFIX_CHOICES)
+    choice = sluice_choice(routing_key(ctx), views, loads,
+                           float(ctx.policy.get("bounded_load_factor") or 1.25))
     ctx.replica = by_id[choice.id]
     ctx.telemetry["replica_load"] = {str(k): v for k, v in loads.items()} if loads else None
     return "S04_DECODE"
