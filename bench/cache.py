@@ -1,7 +1,7 @@
 """S00 cache bench: false/true hits (Sluice vs plain cosine vs GPTCache's similarity evaluation)
 on the same pairs and MiniLM embeddings, and lookup latency at 1k and 50k cached entries.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/cache.py [--sizes 1000 50000] [--probes 300]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/cache.py [--sizes 1000 50000] [--probes 300] [--crowd 5000]
 
 GPTCache is imported only here; install it outside .venv, e.g.
     pip install --no-deps --target /tmp/gptcache_pkg gptcache cachetools
@@ -138,11 +138,102 @@ def latency(size: int, probes: int) -> None:
             client.delete(*keys[j:j + 1000])
 
 
+CROWD_WORDS = ("""quick simple short clear formal friendly polite detailed careful gentle brief
+plain honest direct calm warm""".split(), """summary letter reply note message email answer
+outline draft review report story memo poem speech list""".split(), """happy serious kind
+warm funny calm gentle proud""".split(), """customers staff partners readers students
+parents managers visitors""".split())
+
+
+def crowd_texts(n: int) -> list[str]:
+    """Entity-free prompts (common words only): one tenant's bucket gets all of them."""
+    import itertools
+    combos = itertools.product(*CROWD_WORDS)
+    return [f"Write a {a} {b} that sounds {c} for our {d}" for a, b, c, d in itertools.islice(combos, n)]
+
+
+def crowded(size: int, probes: int) -> None:
+    """One bucket with ``size`` entries: Sluice's mirrored bucket (warm, after another
+    process added one entry, cold) against reading the whole bucket per lookup (the old
+    layout's HGETALL + unpack + scan)."""
+    import redis
+
+    from app.cache.store import _unpack
+    client = redis.Redis.from_url(os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    ns = f"benchcrowd{uuid.uuid4().hex[:8]}"
+    store, writer = CacheStore(client, ns), CacheStore(client, ns)  # two processes' views
+    policy = dict(DEFAULTS)
+    body = lambda t: {"model": "auto", "temperature": 0, "messages": [{"role": "user", "content": t}]}  # noqa: E731
+    texts = crowd_texts(size)
+    keys = [build_key("bench", policy, "auto", body(t)) for t in texts]
+    assert len({k.composite for k in keys}) == 1, "crowd prompts must share one composite key"
+    rng = np.random.default_rng(1)
+    step = max(size // probes, 1)
+    probe_ids = list(range(0, size, step))[:probes]  # spread over the bucket, oldest first
+    real = dict(zip(probe_ids, embed_many([texts[i] for i in probe_ids])))
+    answer = {"choices": [{"index": 0, "finish_reason": "stop", "message": {
+        "role": "assistant", "content": "ok"}}]}
+    t0 = time.perf_counter()
+    try:
+        for i, key in enumerate(keys):
+            vec = real.get(i)
+            if vec is None:
+                vec = rng.standard_normal(384).astype(np.float32)
+                vec /= np.linalg.norm(vec)
+            writer.store(key, vec, answer, f"c{i}", 3600)
+        fill = time.perf_counter() - t0
+        bucket = store._k("b", "bench", keys[0].composite)
+        paras = [texts[i] + "." for i in probe_ids]  # light: cosine ~0.97-0.98 for these
+        pkeys = [build_key("bench", policy, "auto", body(p)) for p in paras]
+        embed("warm up")
+        cold, warm, after_add, old_layout, found = [], [], [], [], 0
+        for n, (i, pkey) in enumerate(zip(probe_ids, pkeys)):
+            store.mirror.clear()
+            t = time.perf_counter()
+            store.lookup(pkey, embed(pkey.text), TH, exact=False)
+            cold.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            hit = store.lookup(pkey, embed(pkey.text), TH, exact=False)
+            warm.append(time.perf_counter() - t)
+            found += hit is not None and hit.request_id == f"c{i}"
+            extra = build_key("bench", policy, "auto", body(texts[i] + " today"))
+            vec = rng.standard_normal(384).astype(np.float32)
+            writer.store(extra, vec / np.linalg.norm(vec), answer, f"x{n}", 3600)
+            t = time.perf_counter()
+            store.lookup(pkey, embed(pkey.text), TH, exact=False)
+            after_add.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            q = embed(pkey.text)
+            fields = client.hgetall(bucket)
+            vecs = np.stack([_unpack(v)[1] for v in fields.values()])
+            int(np.argmax(vecs @ q))
+            old_layout.append(time.perf_counter() - t)
+        print(f"\n== crowded bucket: {size} entries under one composite key (fill {fill:.1f} s, "
+              f"{len(probe_ids)} probes spread from oldest to newest)")
+        print(f"best match found: {found}/{len(probe_ids)} (a light paraphrase of the stored prompt)")
+        print(f"semantic hit, bucket copy in step:        {pct(warm)}   (incl. embedding)")
+        print(f"semantic hit, after another process added one entry: {pct(after_add)}")
+        print(f"semantic hit, cold copy (first lookup in a process): {pct(cold)}")
+        print(f"old layout (HGETALL + unpack + scan per lookup):     {pct(old_layout)}")
+    finally:
+        keys_ = list(client.scan_iter(match=f"{ns}:*", count=5000))
+        for j in range(0, len(keys_), 1000):
+            client.delete(*keys_[j:j + 1000])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="*", default=[1000, 50000])
     ap.add_argument("--probes", type=int, default=300)
+    ap.add_argument("--crowd", type=int, default=5000, help="entries in the crowded bucket (0: skip)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch intra-op threads for the embedding (0: torch's default)")
     args = ap.parse_args()
+    import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f} "
+          f"on {os.cpu_count()} CPUs (latency figures include the embedding where stated)")
     gpt_eval = load_gptcache_eval()
     if gpt_eval is None:
         print("(gptcache not importable: set GPTCACHE_PATH; its column is skipped)")
@@ -150,6 +241,8 @@ def main() -> None:
         quality(path, gpt_eval)
     for size in args.sizes:
         latency(size, args.probes)
+    if args.crowd:
+        crowded(args.crowd, min(args.probes, 100))
 
 
 if __name__ == "__main__":

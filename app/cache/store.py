@@ -4,10 +4,14 @@ Layout (all under ``<namespace>:cache``):
 
 - ``x:<tenant>:<exact_hash>``  the cached response (JSON), TTL per policy: the exact cache.
 - ``b:<tenant>:<composite>``   Redis hash, field request_id -> packed (meta JSON + float32
-  vector): the semantic bucket. The composite key (tenant, policy, schema version, model,
-  conversation history, entity signature) must match exactly, so a lookup reads one small
-  bucket and does one numpy dot product; no scan over other tenants' or other entities'
-  vectors (qdrant-client local mode scans everything: ~83 ms at 10k points).
+  vector): the semantic bucket, with ``:v`` (generation, sequence), ``:s`` (request_id ->
+  sequence) and ``:e`` (request_id -> expiry) beside it. The composite key (tenant, policy,
+  schema version, model, conversation history, entity signature) must match exactly, so a
+  lookup reads one bucket and does one numpy product; no scan over other tenants' or other
+  entities' vectors (qdrant-client local mode scans everything: ~83 ms at 10k points).
+  Entity-free questions of one tenant and system prompt all share one bucket, so a bucket
+  holds up to ``BUCKET_CAP`` entries and each process mirrors it (``app.cache.mirror``),
+  fetching only what changed since its last lookup.
 - ``r:<request_id>``           where an entry lives, for eviction by feedback.
 - ``t:<tenant>`` / ``w:<tenant>:<workflow>``  request ids, for invalidation.
 
@@ -28,11 +32,40 @@ from typing import Any
 import numpy as np
 
 from app.cache.keys import CacheKey
+from app.cache.mirror import BucketMirror
 from app.core.entities import EntityProfile, profiles_compatible
 
 log = logging.getLogger(__name__)
 
-BUCKET_CAP = 32
+BUCKET_CAP = 20_000         # entries per semantic bucket in Redis (oldest dropped beyond)
+EXPIRED_SWEEP = 32          # expired entries a store removes from its bucket, at most
+VERIFY_BATCH = 8            # candidates confirmed per Redis round trip
+
+# Adds one entry to a bucket atomically: the sequence number and the zset agree, so a
+# mirror that read sequence n has seen every entry up to n. Sweeps expired entries and
+# the oldest beyond the cap. KEYS: bucket, :v, :s, :e  ARGV: rid, record, exp, now, ttl,
+# cap, new generation token, sweep.
+_ADD_LUA = """
+local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
+redis.call('HSETNX', KEYS[2], 'g', ARGV[7])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], n, ARGV[1])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1])
+local drop = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[4], 'LIMIT', 0, tonumber(ARGV[8]))
+for _, rid in ipairs(drop) do
+  redis.call('HDEL', KEYS[1], rid); redis.call('ZREM', KEYS[3], rid); redis.call('ZREM', KEYS[4], rid)
+end
+local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[6])
+if over > 0 then
+  for _, rid in ipairs(redis.call('ZRANGE', KEYS[3], 0, over - 1)) do
+    redis.call('HDEL', KEYS[1], rid); redis.call('ZREM', KEYS[3], rid); redis.call('ZREM', KEYS[4], rid)
+  end
+end
+for i = 1, 4 do
+  redis.call('EXPIRE', KEYS[i], ARGV[5], 'GT'); redis.call('EXPIRE', KEYS[i], ARGV[5], 'NX')
+end
+return n
+"""
 COLLECTION = "sluice_semantic_cache"
 
 
@@ -53,6 +86,12 @@ class CacheStore:
     qdrant_path: str = ""
     _qdrant: Any = field(default=None, repr=False)
     _qdrant_failed: bool = field(default=False, repr=False)
+    bucket_cap: int = BUCKET_CAP
+    mirror: BucketMirror = field(default_factory=BucketMirror, repr=False)
+    _add: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self._add = self.redis.register_script(_ADD_LUA)
 
     # ---- keys -------------------------------------------------------------------------
     def _k(self, *parts: object) -> str:
@@ -86,11 +125,13 @@ class CacheStore:
             self._qdrant = None
 
     # ---- lookup -----------------------------------------------------------------------
-    def lookup(self, key: CacheKey, embedding: np.ndarray | None, threshold: float) -> CacheHit | None:
-        """Exact hit first; then the best semantic candidate in the key's bucket whose entity
-        guard agrees and whose cosine is >= ``threshold``."""
+    def lookup(self, key: CacheKey, embedding: np.ndarray | None, threshold: float, *,
+               exact: bool = True) -> CacheHit | None:
+        """Exact hit first (unless ``exact`` is False: the caller just looked); then the best
+        semantic candidate in the key's bucket whose entity guard agrees and whose cosine is
+        >= ``threshold``."""
         try:
-            raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash))
+            raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash)) if exact else None
             if raw is not None:
                 entry = json.loads(raw)
                 return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
@@ -107,34 +148,24 @@ class CacheStore:
             return None
 
     def _semantic_redis(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
-        bucket = self._k("b", key.tenant_id, key.composite)
-        fields = self.redis.hgetall(bucket)
-        if not fields:
+        copy = self.mirror.sync(self.redis, self._k("b", key.tenant_id, key.composite), _unpack)
+        if copy is None:
             return None
-        now = time.time()
-        metas, vecs, stale = [], [], []
-        for rid, packed in fields.items():
-            meta, vec = _unpack(packed)
-            if meta["exp"] <= now:
-                stale.append(rid)
-                continue
-            if profiles_compatible(key.profile, EntityProfile.from_dict(meta["profile"])):
-                metas.append(meta)
-                vecs.append(vec)
-        if stale:
-            self.redis.hdel(bucket, *stale)
-        if not vecs:
-            return None
-        sims = np.stack(vecs) @ np.asarray(embedding, dtype=np.float32)
-        best = int(np.argmax(sims))
-        if float(sims[best]) < threshold:
-            return None
-        raw = self.redis.get(metas[best]["x"])
-        if raw is None:
-            return None
-        entry = json.loads(raw)
-        return CacheHit("semantic", float(sims[best]), entry["response"], entry["request_id"],
-                        entry.get("created", 0.0))
+        cands = copy.candidates(embedding, threshold, time.time(),
+                                lambda prof: profiles_compatible(key.profile, prof))
+        for i in range(0, len(cands), VERIFY_BATCH):
+            batch = cands[i:i + VERIFY_BATCH]
+            raws = self.redis.mget([copy.metas[row]["x"] for row, _ in batch])
+            for (row, sim), raw in zip(batch, raws):
+                if raw is None:  # evicted or invalidated since the copy was made
+                    copy.kill(row)
+                    continue
+                entry = json.loads(raw)
+                if entry.get("request_id") != copy.ids[row]:
+                    continue  # the exact entry now holds a newer answer to the same prompt
+                return CacheHit("semantic", sim, entry["response"], entry["request_id"],
+                                entry.get("created", 0.0))
+        return None
 
     def _semantic_qdrant(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
         client = self.qdrant()
@@ -181,26 +212,16 @@ class CacheStore:
             if embedding is not None:
                 meta = {"x": xkey, "exp": now + ttl_s, "created": now,
                         "profile": key.profile.to_dict()}
-                pipe.hset(bucket, request_id, _pack(meta, embedding))
-                pipe.expire(bucket, ttl_s, gt=True)
-                pipe.expire(bucket, ttl_s, nx=True)
-                pipe.hlen(bucket)
-            res = pipe.execute()
-            if embedding is not None and res[-1] > BUCKET_CAP:
-                self._trim(bucket)
+                self._add(keys=[bucket, f"{bucket}:v", f"{bucket}:s", f"{bucket}:e"],
+                          args=[request_id, _pack(meta, embedding), now + ttl_s, now, ttl_s,
+                                self.bucket_cap, uuid.uuid4().hex, EXPIRED_SWEEP], client=pipe)
+            pipe.execute()
             ok = True
         except Exception:
             log.warning("cache store failed (Redis)", exc_info=True)
         if embedding is not None:
             self._store_qdrant(key, embedding, entry, now + ttl_s, workflow)
         return ok
-
-    def _trim(self, bucket: str) -> None:
-        fields = self.redis.hgetall(bucket)
-        by_age = sorted(fields, key=lambda rid: _unpack(fields[rid])[0]["created"])
-        drop = by_age[: len(by_age) - BUCKET_CAP]
-        if drop:
-            self.redis.hdel(bucket, *drop)
 
     def _store_qdrant(self, key: CacheKey, embedding: np.ndarray, entry: dict, exp: float,
                       workflow: str | None) -> None:
@@ -227,7 +248,7 @@ class CacheStore:
                 loc = json.loads(raw)
                 pipe = self.redis.pipeline(transaction=False)
                 pipe.delete(loc["x"], self._k("r", request_id))
-                pipe.hdel(loc["b"], request_id)
+                _unlink(pipe, loc["b"], request_id)
                 pipe.execute()
                 found = True
         except Exception:
@@ -240,10 +261,12 @@ class CacheStore:
         Returns how many entries were removed from Redis."""
         try:
             if tenant_id is None and workflow is None:
-                return self._delete_matching(self._k("*"))
+                entries = len(self._scan(self._k("x", "*")))
+                self._delete_matching(self._k("*"))
+                return entries
             if workflow is None:
                 n = self._evict_index(self._k("t", tenant_id))
-                n += self._delete_matching(self._k("b", tenant_id, "*"))
+                self._delete_matching(self._k("b", tenant_id, "*"))  # counted above
                 self._qdrant_delete("tenant", str(tenant_id))
                 return n
             pattern = self._k("w", "*" if tenant_id is None else tenant_id, workflow)
@@ -274,8 +297,10 @@ class CacheStore:
             raw = self.redis.get(self._k("r", rid))
             if raw is not None:
                 loc = json.loads(raw)
-                self.redis.delete(loc["x"], self._k("r", rid))
-                self.redis.hdel(loc["b"], rid)
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.delete(loc["x"], self._k("r", rid))
+                _unlink(pipe, loc["b"], rid)
+                pipe.execute()
                 n += 1
         self.redis.delete(index_key)
         return n
@@ -296,6 +321,12 @@ class CacheStore:
             client.delete(COLLECTION, models.FilterSelector(filter=models.Filter(must=must)))
         except Exception:
             log.warning("cache delete failed (Qdrant)", exc_info=True)
+
+
+def _unlink(pipe: Any, bucket: str, request_id: str) -> None:
+    pipe.hdel(bucket, request_id)
+    pipe.zrem(f"{bucket}:s", request_id)
+    pipe.zrem(f"{bucket}:e", request_id)
 
 
 def _pack(meta: dict, vec: np.ndarray) -> bytes:

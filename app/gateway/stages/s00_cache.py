@@ -87,7 +87,7 @@ def _probe(ctx: RequestContext, store):
     threshold = float(ctx.policy.get("cache_similarity_threshold") or 0.965)
     hit = store.lookup(key, None, threshold)
     if hit is None:
-        hit = store.lookup(key, embedding(ctx), threshold)
+        hit = store.lookup(key, embedding(ctx), threshold, exact=False)
     return hit
 
 
