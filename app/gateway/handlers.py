@@ -102,7 +102,9 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
 def _sluice_headers(ctx: RequestContext, cost: bool) -> dict[str, str]:
     h = {"x-sluice-request-id": ctx.request_id, "x-sluice-cache": ctx.cache,
          "x-sluice-tier": (ctx.tier or {}).get("name", "") if ctx.cache == "miss" else "",
-         "x-sluice-workflow": ctx.workflow_signature}
+         "x-sluice-workflow": ctx.workflow_signature,
+         # S04 decided before the first byte: a tier it aborted was replaced, never streamed
+         "x-sluice-escalated": "true" if ctx.escalated else "false"}
     if cost and "cost_usd" in ctx.telemetry:
         h["x-sluice-cost-usd"] = f"{ctx.telemetry['cost_usd']:f}"
     return h

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import click
 from flask.cli import AppGroup
@@ -14,26 +13,6 @@ router_cli = AppGroup("router", help="Cascade router models")
 
 def groups() -> list:
     return [router_cli]
-
-
-def _ledger_lookup(wait_s: float):
-    """Fill ``escalated`` from the ledger rows of the drill's request ids (bounded wait)."""
-    from app.extensions import db
-    from app.ledger.models import LedgerEntry
-
-    def lookup(rows: list[dict]) -> None:
-        pending = {r["request_id"]: r for r in rows if r.get("request_id")}
-        deadline = time.monotonic() + wait_s
-        while pending:
-            found = db.session.execute(db.select(LedgerEntry.request_id, LedgerEntry.escalated)
-                                       .where(LedgerEntry.request_id.in_(list(pending)))).all()
-            for rid, escalated in found:
-                pending.pop(rid)["escalated"] = bool(escalated)
-            db.session.rollback()
-            if not pending or time.monotonic() >= deadline:
-                return
-            time.sleep(0.5)
-    return lookup
 
 
 @drill_cli.command("domain-shift")
@@ -53,20 +32,17 @@ def domain_shift(url, key, workflow, n_ood, n_control, max_tokens, timeout_s, le
                  min_escalation_rate):
     """CD-28B: inject complex out-of-domain prompts into a simple workflow; report the
     escalation rate, the added latency, and whether any aborted-tier byte reached the client."""
-    from app.drills.service import finish_run, start_run
-    from app.router.drill import run_drill, verdict
-    params = {"url": url, "workflow": workflow, "n_ood": n_ood, "n_control": n_control,
-              "max_tokens": max_tokens, "min_escalation_rate": min_escalation_rate}
-    run = start_run("domain-shift", params)
+    from app.errors import ValidationError
+    from app.router.runs import run_domain_shift
     try:
-        result = run_drill(url, key, n_ood=n_ood, n_control=n_control, workflow=workflow,
-                           max_tokens=max_tokens, timeout_s=timeout_s,
-                           escalation_lookup=_ledger_lookup(ledger_wait))
-    except Exception as exc:  # noqa: BLE001 - the run records what went wrong
-        finish_run(run, {}, passed=None, error=str(exc)[:500])
-        raise click.ClickException(f"drill failed: {exc}") from exc
-    passed = verdict(result, min_escalation_rate)
-    finish_run(run, result, passed=passed)
+        run = run_domain_shift(url, key, workflow=workflow, n_ood=n_ood, n_control=n_control,
+                               max_tokens=max_tokens, timeout_s=timeout_s,
+                               ledger_wait_s=ledger_wait, min_escalation_rate=min_escalation_rate)
+    except ValidationError as exc:
+        raise click.UsageError("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()))
+    if run.status == "error":
+        raise click.ClickException(f"drill #{run.id} failed: {run.result.get('error')}")
+    result = {k: v for k, v in run.result.items() if k != "requests"}
     click.echo(json.dumps(result, indent=2, default=str))
     o = result["ood"]
     rate = o["escalation_rate"]

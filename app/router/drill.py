@@ -7,9 +7,12 @@ client" is checked on the client side: the chunks of one streamed answer must al
 one completion ``id`` and one ``model`` (an attempt the gateway aborted and replaced
 would show a second id), and no chunk may be an error event.
 
-Escalation per request is read from the ``x-sluice-escalated`` response header when the
-gateway sends it, else from the ledger row of ``x-sluice-request-id`` (escalated flag),
-waiting a bounded time for the ledger drain.
+Escalation per request is read from the ``x-sluice-escalated`` response header (Sluice's
+gateway sends it; S04 decides before the first byte), else from the ledger row of
+``x-sluice-request-id`` (escalated flag), waiting a bounded time for the ledger drain.
+The result keeps every request briefly (``requests``: group, id, tier, escalated, latency,
+leaked, the first characters of the answer the client read). Recording a run is
+``app.router.runs.run_domain_shift``.
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "invoice", "strict": Tr
     "required": ["invoice_number", "city", "amount"],
     "properties": {"invoice_number": {"type": "string"}, "city": {"type": "string"},
                    "amount": {"type": "number"}}}}}
+ANSWER_HEAD = 80  # characters of each answer kept in the run record
 _CITIES = ["Lyon", "Porto", "Graz", "Utrecht", "Leeds", "Bilbao", "Turku", "Brno"]
 _LEGAL = [
     "Under a 2002 ISDA Master Agreement with an English-law CSA, Counterparty {a} novates a "
@@ -112,7 +116,7 @@ def send(client: httpx.Client, url: str, key: str, prompt: str, workflow: str,
             "escalated": None if esc is None else esc.lower() in ("1", "true", "yes"),
             "latency_ms": (time.perf_counter() - t0) * 1000, "ttft_ms": ttft,
             "ids": len(ids - {None}), "models": len(models - {None}), "error_events": errors,
-            "json_valid": valid}
+            "json_valid": valid, "answer_head": text[:ANSWER_HEAD]}
 
 
 def leaked(r: dict[str, Any]) -> bool:
@@ -161,7 +165,17 @@ def run_drill(url: str, key: str, *, n_ood: int, n_control: int, workflow: str,
              if esc_lat and control["latency_ms_mean"] is not None else None)
     return {"ood": ood, "control": control, "added_latency_ms": added,
             "aborted_tier_bytes_to_client": ood["leaks"] + control["leaks"],
-            "errors": sum(r["status"] != 200 for g in rows.values() for r in g)}
+            "errors": sum(r["status"] != 200 for g in rows.values() for r in g),
+            "requests": [_brief(group, r) for group, g in rows.items() for r in g]}
+
+
+def _brief(group: str, r: dict[str, Any]) -> dict[str, Any]:
+    """One request as the run record keeps it."""
+    lat = r.get("latency_ms")
+    return {"group": group, "request_id": r.get("request_id"), "status": r["status"],
+            "tier": r.get("tier", ""), "escalated": r.get("escalated"),
+            "latency_ms": None if lat is None else round(lat, 1), "leaked": leaked(r),
+            "answer_head": r.get("answer_head", ""), **({"error": r["error"]} if "error" in r else {})}
 
 
 def verdict(result: dict[str, Any], min_escalation_rate: float) -> bool:

@@ -6,7 +6,9 @@ streaming with usage, logprobs, and directives in the last user message:
 content chunks then cut the connection.
 
 A fake named ``unsure...`` is a low-confidence model: its answers start ``Unsure:`` and
-its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95).
+its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95). A fake
+named ``novice...`` is a small model out of its depth on long prompts: unsure as above
+when the last user message has more than NOVICE_WORDS words, confident otherwise.
 
 Content does not depend on the replica (the ``x-fake-replica`` header says which one
 answered). ``cached_tokens`` = the system prompt's words when this replica saw that
@@ -25,6 +27,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 _DIRECTIVE = re.compile(r"\[\[([a-z-]+):(\d+)\]\]")
+NOVICE_WORDS = 24
+CONFIDENT, UNSURE = ("Echo", -0.05, -3.0), ("Unsure", -0.6, -0.9)
 
 
 def _text(content) -> str:
@@ -40,8 +44,7 @@ def answer_words(messages: list[dict], prefix: str = "Echo") -> list[str]:
 
 
 def create_fake(name: str = "fake") -> Starlette:
-    unsure = name.startswith("unsure")
-    prefix, top1, top2 = ("Unsure", -0.6, -0.9) if unsure else ("Echo", -0.05, -3.0)
+    unsure, novice = name.startswith("unsure"), name.startswith("novice")
     seen_prefixes: set[str] = set()
     stats = {"requests": 0, "last_headers": {}, "last_body": None}
 
@@ -54,6 +57,8 @@ def create_fake(name: str = "fake") -> Starlette:
         last = _text(next((m.get("content") for m in reversed(messages)
                            if m.get("role") == "user"), ""))
         ctl = {k: int(v) for k, v in _DIRECTIVE.findall(last)}
+        hard = unsure or (novice and len(_DIRECTIVE.sub("", last).split()) > NOVICE_WORDS)
+        prefix, top1, top2 = UNSURE if hard else CONFIDENT
         if ctl.get("delay"):
             await asyncio.sleep(ctl["delay"] / 1000)
         if ctl.get("status"):
