@@ -95,28 +95,6 @@ def workload(preset, out_path, requests, rate, rng_seed):
     click.echo(f"wrote {len(rows)} requests to {out_path}", err=True)
 
 
-def stop_by_signal(replicas: list[dict], wait_s: float = 30.0) -> None:
-    """SIGTERM each replica's process (pid from its row) and wait until /health fails."""
-    import os
-    import signal
-    import time
-
-    import httpx
-    for r in replicas:
-        if not r.get("pid"):
-            raise click.ClickException(f"replica {r['id']} has no pid on record")
-        os.kill(int(r["pid"]), signal.SIGTERM)
-    deadline = time.monotonic() + wait_s
-    with httpx.Client(timeout=2.0) as client:
-        for r in replicas:
-            while time.monotonic() < deadline:
-                try:
-                    client.get(r["url"].rstrip("/") + "/health")
-                except httpx.HTTPError:
-                    break
-                time.sleep(0.2)
-
-
 @drill_cli.command("replica-loss")
 @click.option("--url", required=True, help="Gateway base URL, e.g. http://127.0.0.1:8080")
 @click.option("--key", required=True, envvar="SLUICE_DRILL_KEY", help="Tenant API key")
@@ -130,33 +108,20 @@ def stop_by_signal(replicas: list[dict], wait_s: float = 30.0) -> None:
 @click.option("--timeout", "timeout_s", default=120.0, show_default=True)
 def replica_loss(url, key, pool_name, stop_count, sessions, turns_before, turns_after, model,
                  timeout_s):
-    """CD-28C: stop replicas of a live pool mid-load (SIGTERM to their processes on this
-    node); report failed requests, which sessions moved, and the hit rate per turn."""
-    from app.catalog.models import Pool
-    from app.drills.service import finish_run, start_run
-    from app.extensions import db
-    from app.routing.drill import drill_passed, run_replica_loss
-    pool = db.session.scalar(db.select(Pool).where(Pool.name == pool_name))
-    if pool is None:
-        raise click.BadParameter(f"no pool named {pool_name!r}", param_hint="--pool")
-    reps = [{"id": r.id, "url": r.url, "pid": r.pid} for r in pool.replicas
-            if r.state == "healthy" and r.url]
-    if len(reps) <= stop_count:
-        raise click.ClickException(f"pool {pool_name} has {len(reps)} healthy replicas; "
-                                   f"cannot stop {stop_count} and keep serving")
-    pids = {r["id"]: r for r in reps}
-    params = {"url": url, "pool": pool_name, "stop": stop_count, "sessions": sessions,
-              "turns_before": turns_before, "turns_after": turns_after}
-    run = start_run("replica-loss", params)
+    """CD-28C: stop replicas of a live pool mid-load through the pool driver (run it on the
+    pool's node); report failed requests, which sessions moved, and the hit rate per turn."""
+    from app.errors import ValidationError
+    from app.routing.drill_runs import execute_replica_loss, start_replica_loss
     try:
-        result = run_replica_loss(url, key, reps, lambda chosen: stop_by_signal(
-            [pids[c["id"]] for c in chosen]), stop_count=stop_count, sessions=sessions,
-            turns_before=turns_before, turns_after=turns_after, model=model,
-            timeout_s=timeout_s)
-    except Exception as exc:  # noqa: BLE001 - the run records what went wrong
-        finish_run(run, {}, passed=None, error=str(exc)[:500])
-        raise click.ClickException(f"drill failed: {exc}") from exc
-    finish_run(run, result, passed=drill_passed(result))
+        run = start_replica_loss(url, pool_name=pool_name, stop_count=stop_count,
+                                 sessions=sessions, turns_before=turns_before,
+                                 turns_after=turns_after, model=model)
+    except ValidationError as exc:
+        raise click.UsageError("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()))
+    run = execute_replica_loss(run.id, key, timeout_s=timeout_s)
+    if run.status == "error":
+        raise click.ClickException(f"drill #{run.id} failed: {run.result.get('error')}")
+    result = run.result
     click.echo(json.dumps(result, indent=2, default=str))
     click.echo(f"drill #{run.id} {run.status}: {result['failed_requests']} failed of "
                f"{result['requests']}, {result['sessions_moved']} sessions moved "

@@ -38,9 +38,11 @@ def run_replica_loss(gateway_url: str, key: str, replicas: list[dict],
                      sessions: int = 8, teams: int = 2, turns_before: int = 3,
                      turns_after: int = 4, model: str = "auto", max_tokens: int = 8,
                      prompt_words: int = 300, timeout_s: float = 120.0,
-                     seed: int = 0, victims: list | None = None) -> dict:
+                     seed: int = 0, victims: list | None = None,
+                     progress: Callable[[dict], None] | None = None) -> dict:
     """``replicas``: ``[{"id", "url"}]`` of the pool behind the gateway's tier;
-    ``victims``: ids to stop (default: chosen from who owns which sessions)."""
+    ``victims``: ids to stop (default: chosen from who owns which sessions);
+    ``progress`` gets each turn's record as the turn ends."""
     rng = random.Random(seed)
     chats = make_sessions(sessions, teams, prompt_words, prefix=f"drill{seed}-")
     urls = {r["id"]: r["url"] for r in replicas}
@@ -87,6 +89,8 @@ def run_replica_loss(gateway_url: str, key: str, replicas: list[dict],
                 q_sum, h_sum = q_sum + q, h_sum + h
             turns.append({"turn": turn, "after_loss": turn >= turns_before,
                           "hit_rate": round(h_sum / q_sum, 4) if q_sum else None})
+            if progress is not None:
+                progress(turns[-1])
     dead = {s["id"] for s in stopped}
     before_home = {sid: o[turns_before - 1] for sid, o in owners.items() if len(o) >= turns_before}
     after_home = {sid: o[turns_before] for sid, o in owners.items() if len(o) > turns_before}

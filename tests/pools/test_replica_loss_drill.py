@@ -1,0 +1,127 @@
+"""``flask drill replica-loss`` (CD-28C) on a supervised pool: four reference replicas that
+the pool worker started and supervises, behind the real gateway. The drill stops two of
+them through the pool driver, so they stay ``stopped`` while the supervisor keeps running
+(a SIGTERM alone would leave them ``healthy`` in SQL, and the supervisor would restart
+them mid-drill). Lives with the pools tests because it needs their pool worker."""
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from decimal import Decimal
+
+from app.audit.models import AuditLog
+from app.catalog.models import Replica, Tier
+from app.catalog.service import sync_replica_rows
+from app.drills.models import DrillRun
+from app.extensions import db
+from app.policies.models import Policy
+from app.pools.service import request_pool_action
+from tests.factories import PoolFactory, TenantFactory, UserFactory, make_key
+from tests.gateway.conftest import publish_and_wait
+from workers.pools import launcher
+
+
+def free_port_run(n: int) -> int:
+    """A port p with p .. p+n-1 all free on 127.0.0.1."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        try:
+            for i in range(1, n):
+                with socket.socket() as s2:
+                    s2.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no run of {n} free ports")
+
+
+def _replicas(pool_id: int) -> list[Replica]:
+    db.session.expire_all()
+    return list(db.session.scalars(db.select(Replica).where(Replica.pool_id == pool_id)
+                                   .order_by(Replica.index)))
+
+
+def _tenant_on(pool, frontier, gateway) -> str:
+    tenant = TenantFactory()
+    _, key = make_key(tenant)
+    db.session.add(Tier(name="tier-1", rank=1, model="tiny", upstream_kind="pool",
+                        pool_id=pool.id, price_input_per_m=Decimal("0.06"),
+                        price_output_per_m=Decimal("0.18"), timeout_s=60))
+    db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
+                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
+                        price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
+    db.session.add(Policy(tenant_id=None, values={}))
+    db.session.add(Policy(tenant_id=tenant.id, values={
+        "session_key": "header", "margin_gamma": 0.0, "frontier_first_hours": 0,
+        "cache_enabled": False}))
+    db.session.commit()
+    publish_and_wait(gateway)
+    return key
+
+
+def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
+        app, runner, pool_worker, tiny_model_dir, gateway, frontier):
+    celery = app.extensions["celery"]
+    pool = PoolFactory(name=f"drill-{uuid.uuid4().hex[:6]}", engine="reference",
+                       model=str(tiny_model_dir), served_model_name="tiny", desired_replicas=4,
+                       base_port=free_port_run(4), node="local",
+                       options={"threads": 1, "max_prefix_tokens": 8192})
+    sync_replica_rows(pool)
+    db.session.commit()
+    request_pool_action(UserFactory(role="ops"), pool.id, "start")
+    beat = threading.Event()
+    try:
+        pool_worker.wait_for(lambda: all(r.state == "healthy" for r in _replicas(pool.id)),
+                             300, "four replicas healthy")
+        key = _tenant_on(pool, frontier, gateway)
+
+        def supervise_like_beat() -> None:   # the beat entry pools.supervise, faster
+            while not beat.wait(0.5):
+                celery.send_task("pools.supervise", args=["local"], queue="pool.local")
+        ticker = threading.Thread(target=supervise_like_beat, daemon=True)
+        ticker.start()
+        res = runner.invoke(args=[
+            "drill", "replica-loss", "--url", gateway.url, "--key", key, "--pool", pool.name,
+            "--stop", "2", "--sessions", "8", "--turns-before", "2", "--turns-after", "3",
+            "--model", "tier-1", "--timeout", "60"])
+        beat.set()
+        ticker.join(5)
+        assert res.exit_code == 0, res.output
+
+        run = db.session.scalars(db.select(DrillRun).where(DrillRun.kind == "replica-loss")
+                                 .order_by(DrillRun.id.desc())).first()
+        assert run is not None and run.params["pool"] == pool.name
+        r = run.result
+        assert run.status == "passed", r
+        assert r["requests"] == 40 and r["failed_requests"] == 0, r["failures"]
+        assert r["sessions_on_dead_replicas"] > 0
+        assert r["sessions_moved_from_live_replicas"] == 0
+        assert r["served_by_dead_after_loss"] == 0
+        assert f"drill #{run.id} passed" in res.output
+
+        # the stopped replicas stayed stopped through several supervisor passes
+        celery.send_task("pools.supervise", args=["local"], queue="pool.local")
+        after = {x.id: x for x in _replicas(pool.id)}
+        dead = set(r["stopped"])
+        assert len(dead) == 2
+        for rid, replica in after.items():
+            if rid in dead:
+                assert replica.state == "stopped" and replica.pid is None
+                assert replica.restarts == 0
+            else:
+                assert replica.state == "healthy"
+        assert {k: v for k, v in r["replica_states"].items() if int(k) in dead} == {
+            str(rid): "stopped" for rid in dead}
+        audits = db.session.scalars(db.select(AuditLog).where(
+            AuditLog.action == "replica.stop", AuditLog.entity_id.in_([str(i) for i in dead])))
+        assert {a.after["drill_run"] for a in audits} == {run.id}
+    finally:
+        beat.set()
+        from app.pools.driver import stop_replica
+        for replica in _replicas(pool.id):
+            pid = replica.pid
+            stop_replica(replica.id)
+            launcher.terminate(pid, grace_s=5)
