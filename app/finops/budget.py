@@ -9,18 +9,38 @@ Keys (``ns`` is the configured Redis namespace):
   the month (spent + in flight + the refused estimate, micro-dollars): the budget is at
   100% even though ``spent`` stays below the limit (a hard stop refuses before it).
 
+- ``<ns>:budget:<tenant_id>:unbooked``            hash: request_id -> "YYYY-MM:micro:epoch",
+  requests a gateway counted (budgeted tenants, cost > 0) whose ledger row is not in SQL
+  yet; the ledger drain removes them when it commits their rows
+- ``<ns>:budget:booking_lock``                    held by the drain around commit + forget,
+  and by the reconcile around ledger sum + correct
+
 The month is part of the key, so a new month starts at zero by construction. ``reserve``
 and ``settle`` are single Lua scripts, so concurrent gateways cannot both take the last
 dollars: a hard stop refuses when spent + in-flight reservations + estimate > limit.
 Every reservation must be settled (with actual 0 when the request failed).
+
+Reconciling with the ledger (``correct_spent``), both ways: the counter is set to the
+ledger's sum plus what is counted but not yet drained (the unbooked hash), in one script,
+while the booking lock keeps the drain from committing rows between the SQL sum and the
+script. In-flight reservations are a separate key and never touched. So a reconcile
+changes nothing unless Redis really drifted (lost counts, a failed settle, a lost event),
+and then it corrects it down as well as up.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
+import uuid
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from app.core.costing import from_micro, to_micro
+
+log = logging.getLogger(__name__)
+UNBOOKED_MAX_AGE_S = 6 * 3600  # an undrained count older than this lost its ledger event
 
 COUNTER_TTL_S = 70 * 24 * 3600  # a month's counters outlive the month for reconciling
 OK, NO_BUDGET, OVER_ALERT_ONLY = "ok", "no_budget", "over_budget_alert_only"
@@ -52,19 +72,37 @@ local dec = math.min(tonumber(ARGV[1]), r)
 if dec > 0 then redis.call('DECRBY', KEYS[2], dec) end
 local spent = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+if ARGV[4] ~= '' and tonumber(ARGV[2]) ~= 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  redis.call('HSET', KEYS[4], ARGV[4], ARGV[5])
+  redis.call('EXPIRE', KEYS[4], ARGV[3])
+end
 return spent
 """
 
-# Set the month's counter from the ledger: never below what Redis already counted unless
-# forced (the ledger lags the gateway by the stream backlog).
+# Set the month's counter to the ledger's sum (ARGV[1]) plus the month's counted but
+# undrained requests. ARGV[5..]: unbooked ids found in the ledger already (drained before
+# their settle); entries older than ARGV[4] (epoch) lost their event and are dropped.
 _CORRECT = """
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-local want = tonumber(ARGV[1])
-if ARGV[2] == '1' or want > cur then
-  redis.call('SET', KEYS[1], want, 'EX', ARGV[3])
-  return {cur, want}
+for i = 5, #ARGV do redis.call('HDEL', KEYS[2], ARGV[i]) end
+local pending = 0
+local all = redis.call('HGETALL', KEYS[2])
+for j = 1, #all, 2 do
+  local p, micro, at = string.match(all[j + 1], '^(.+):(%-?%d+):(%d+)$')
+  if (not p) or tonumber(at) < tonumber(ARGV[4]) then
+    redis.call('HDEL', KEYS[2], all[j])
+  elseif p == ARGV[2] then
+    pending = pending + tonumber(micro)
+  end
 end
-return {cur, cur}
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1]) + pending
+redis.call('SET', KEYS[1], want, 'EX', ARGV[3])
+return {cur, want, pending}
+"""
+
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """
 
 
@@ -87,6 +125,10 @@ def reserved_key(ns: str, tenant_id: int, period: str) -> str:
 
 def refused_key(ns: str, tenant_id: int, period: str) -> str:
     return f"{ns}:budget:{tenant_id}:{period}:refused"
+
+
+def unbooked_key(ns: str, tenant_id: int) -> str:
+    return f"{ns}:budget:{tenant_id}:unbooked"
 
 
 def limit_key(ns: str, tenant_id: int) -> str:
@@ -142,24 +184,30 @@ async def areserve(redis, ns: str, tenant_id: int, estimate_usd: Decimal | float
     return _reserve_result(raw, tenant_id, period)
 
 
-def _settle_call(ns, tenant_id, reserved_usd, actual_usd, period):
+def _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id):
     period = period or current_period()
-    keys = [spent_key(ns, tenant_id, period), reserved_key(ns, tenant_id, period)]
-    return keys, [max(to_micro(reserved_usd, round_up=True), 0), to_micro(actual_usd),
-                  COUNTER_TTL_S]
+    actual = to_micro(actual_usd)
+    keys = [spent_key(ns, tenant_id, period), reserved_key(ns, tenant_id, period),
+            limit_key(ns, tenant_id), unbooked_key(ns, tenant_id)]
+    return keys, [max(to_micro(reserved_usd, round_up=True), 0), actual, COUNTER_TTL_S,
+                  request_id or "", f"{period}:{actual}:{int(time.time())}"]
 
 
 def settle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
-           actual_usd: Decimal | float, period: str | None = None) -> int:
+           actual_usd: Decimal | float, period: str | None = None,
+           request_id: str | None = None) -> int:
     """After the response: release the reservation and count the actual cost (0 for a
-    failed request or a cache hit). Returns the month's spent micro-dollars."""
-    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period)
+    failed request or a cache hit). With ``request_id`` (the ledger row's), a budgeted
+    tenant's count is remembered as unbooked until the drain commits the row, so a
+    reconcile can tell it from drift. Returns the month's spent micro-dollars."""
+    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id)
     return int(redis.eval(_SETTLE, len(keys), *keys, *args))
 
 
 async def asettle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
-                  actual_usd: Decimal | float, period: str | None = None) -> int:
-    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period)
+                  actual_usd: Decimal | float, period: str | None = None,
+                  request_id: str | None = None) -> int:
+    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id)
     return int(await redis.eval(_SETTLE, len(keys), *keys, *args))
 
 
@@ -197,11 +245,58 @@ def add_spend(redis, ns: str, tenant_id: int, amount_usd: Decimal, period: str) 
     return settle(redis, ns, tenant_id, 0, amount_usd, period)
 
 
-def correct_spent(redis, ns: str, tenant_id: int, period: str, ledger_usd: Decimal, *,
-                  force: bool = False) -> tuple[int, int]:
-    """Set the month's counter from the ledger sum. Without ``force`` it only raises the
-    counter (Redis lost counts); with it (the ledger stream drained) it sets it exactly.
-    Returns (before, after) micro-dollars."""
-    before, after = redis.eval(_CORRECT, 1, spent_key(ns, tenant_id, period),
-                               to_micro(ledger_usd), "1" if force else "0", COUNTER_TTL_S)
-    return int(before), int(after)
+def unbooked_ids(redis, ns: str, tenant_id: int) -> list[str]:
+    return [_text(k) for k in redis.hkeys(unbooked_key(ns, tenant_id))]
+
+
+def forget_unbooked(pipe, ns: str, booked: Iterable[tuple[int, str]]) -> None:
+    """Queue on ``pipe`` the removal of (tenant_id, request_id) pairs whose ledger rows
+    were committed (the drain calls this under ``booking_lock``)."""
+    by_tenant: dict[int, list[str]] = {}
+    for tenant_id, request_id in booked:
+        by_tenant.setdefault(int(tenant_id), []).append(request_id)
+    for tenant_id, ids in by_tenant.items():
+        pipe.hdel(unbooked_key(ns, tenant_id), *ids)
+
+
+@contextlib.contextmanager
+def booking_lock(redis, ns: str, *, hold_s: float = 60.0, wait_s: float = 30.0
+                 ) -> Iterator[bool]:
+    """Serialise "commit ledger rows + forget them as unbooked" (the drain, adjustments)
+    with "sum the ledger + correct the counters" (the reconcile). Yields whether the lock
+    was taken: after ``wait_s`` the caller goes on without it (the ledger must not stall;
+    the next reconcile repairs what a race skews)."""
+    key, token = f"{ns}:budget:booking_lock", uuid.uuid4().hex
+    deadline = time.monotonic() + wait_s
+    held = False
+    while True:
+        try:
+            held = bool(redis.set(key, token, nx=True, px=int(hold_s * 1000)))
+        except Exception as exc:  # noqa: BLE001 - Redis down: the ledger still commits
+            log.warning("budget booking lock unavailable: %s", exc)
+            break
+        if held or time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    if not held:
+        log.warning("went on without the budget booking lock")
+    try:
+        yield held
+    finally:
+        if held:
+            with contextlib.suppress(Exception):
+                redis.eval(_UNLOCK, 1, key, token)
+
+
+def correct_spent(redis, ns: str, tenant_id: int, period: str, ledger_usd: Decimal,
+                  booked_ids: Iterable[str] = (), *,
+                  max_age_s: float = UNBOOKED_MAX_AGE_S) -> tuple[int, int, int]:
+    """Set the month's counter to ``ledger_usd`` (the ledger's sum, read under
+    ``booking_lock``) plus the month's unbooked counts; ``booked_ids``: unbooked ids the
+    caller found in the ledger (forgotten here, not counted twice). Returns (before,
+    after, pending) micro-dollars."""
+    keys = [spent_key(ns, tenant_id, period), unbooked_key(ns, tenant_id)]
+    before, after, pending = redis.eval(
+        _CORRECT, len(keys), *keys, to_micro(ledger_usd), period, COUNTER_TTL_S,
+        int(time.time() - max_age_s), *booked_ids)
+    return int(before), int(after), int(pending)

@@ -18,7 +18,7 @@ from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.finops import budget as rb
 from app.finops import rollups
-from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert
+from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, Rollup
 from app.ledger.models import LedgerEntry
 from app.redis_client import get_redis
 from app.tenants.models import Tenant
@@ -78,8 +78,10 @@ def record_adjustment(user, tenant_id: int, amount: Any, reason: str) -> LedgerE
     record(user, "ledger.adjust", "ledger_entry", row.id, tenant_id=tenant.id,
            after={"amount_usd": str(value), "reason": reason[:500],
                   "request_id": row.request_id})
-    db.session.commit()
-    rb.add_spend(get_redis(), _ns(), tenant.id, value, rb.current_period(now))
+    redis = get_redis()
+    with rb.booking_lock(redis, _ns(), hold_s=10, wait_s=15):  # a reconcile sees both
+        db.session.commit()
+        rb.add_spend(redis, _ns(), tenant.id, value, rb.current_period(now))
     return row
 
 
@@ -238,16 +240,49 @@ def ledger_month_spend(period: str) -> dict[int, Decimal]:
     return {t: Decimal(s or 0) for t, s in rows}
 
 
-def reconcile_budget_counters(period: str | None = None, *, force: bool = False
-                              ) -> list[dict[str, Any]]:
-    """Correct each budgeted tenant's Redis month counter from the ledger's SQL sum."""
+def _gpu_true_up(period: str) -> dict[int, Decimal]:
+    """Per tenant: GPU-hour allocation minus the per-token estimates it replaced, over the
+    month's rolled-up hours (app.finops.rollups): what turns booked pool estimates into
+    the pool's real cost."""
+    start, end = rollups.month_range(period)
+    rows = db.session.execute(
+        sa.select(Rollup.tenant_id,
+                  sa.func.sum(Rollup.gpu_cost_usd - Rollup.pool_estimate_usd))
+        .where(Rollup.grain == "hour", Rollup.bucket_start >= start, Rollup.bucket_start < end,
+               Rollup.tenant_id != 0)
+        .group_by(Rollup.tenant_id))
+    return {t: Decimal(s or 0) for t, s in rows}
+
+
+def _in_ledger(request_ids: list[str]) -> list[str]:
+    found: list[str] = []
+    for i in range(0, len(request_ids), 1000):
+        found += db.session.scalars(sa.select(LedgerEntry.request_id).where(
+            LedgerEntry.request_id.in_(request_ids[i:i + 1000])))
+    return found
+
+
+def reconcile_budget_counters(period: str | None = None) -> list[dict[str, Any]]:
+    """Set each budgeted tenant's Redis month counter to its spend by the ledger (booked
+    costs, pool estimates replaced by their GPU-hour allocation where rolled up) plus
+    what gateways counted that the drain has not committed yet. Corrects down as well as
+    up; holds the booking lock so no batch commits between the SQL sum and the Redis
+    write, and leaves in-flight reservations alone. A no-op when nothing drifted."""
     period = period or rb.current_period()
-    spend = ledger_month_spend(period)
     redis, ns, out = get_redis(), _ns(), []
-    for tenant_id in db.session.scalars(sa.select(Budget.tenant_id)):
-        before, after = rb.correct_spent(redis, ns, tenant_id, period,
-                                         spend.get(tenant_id, Decimal(0)), force=force)
-        out.append({"tenant_id": tenant_id, "before_micro": before, "after_micro": after})
+    tenants = list(db.session.scalars(sa.select(Budget.tenant_id)))
+    db.session.commit()  # the sums below read what is committed from here on
+    with rb.booking_lock(redis, ns, hold_s=120, wait_s=60):
+        spend = ledger_month_spend(period)
+        true_up = _gpu_true_up(period)
+        for tenant_id in tenants:
+            booked = _in_ledger(rb.unbooked_ids(redis, ns, tenant_id))
+            target = spend.get(tenant_id, Decimal(0)) + true_up.get(tenant_id, Decimal(0))
+            before, after, pending = rb.correct_spent(redis, ns, tenant_id, period, target,
+                                                      booked)
+            out.append({"tenant_id": tenant_id, "before_micro": before, "after_micro": after,
+                        "undrained_micro": pending})
+        db.session.commit()
     return out
 
 

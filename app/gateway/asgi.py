@@ -159,7 +159,7 @@ class Gateway:
             actual = ctx.telemetry.get("cost_usd") or 0
             reserved, ctx.budget_reserved = ctx.budget_reserved, None
             self.spawn(self.budget.settle(ctx.tenant["id"], reserved, actual,
-                                          ctx.budget_period))
+                                          ctx.budget_period, ctx.request_id))
 
     async def release_budget(self, ctx: RequestContext) -> None:
         """Settle the hold now at cost 0 (a cache hit)."""

@@ -88,11 +88,14 @@ class BudgetGuard:
         return estimate, period
 
     async def settle(self, tenant_id: int, reserved: Decimal | None, actual: Decimal,
-                     period: str) -> None:
+                     period: str, request_id: str | None = None) -> None:
+        """``request_id``: the ledger row's, when the request is booked (lets the
+        reconcile tell a not-yet-drained count from drift)."""
         if reserved is None:
             return
         try:
-            await rb.asettle(self.redis, self.ns, tenant_id, reserved, actual, period=period)
+            await rb.asettle(self.redis, self.ns, tenant_id, reserved, actual, period=period,
+                             request_id=request_id)
         except Exception as exc:  # noqa: BLE001 - the ledger reconcile corrects the counter
             log.warning("budget settle failed for tenant %s (reserved %s, actual %s): %s",
                         tenant_id, reserved, actual, exc)

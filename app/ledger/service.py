@@ -21,6 +21,7 @@ import redis as redis_lib
 from flask import current_app
 
 from app.extensions import db
+from app.finops import budget as budget_counters
 from app.ledger.models import LedgerEntry
 from app.models_base import utcnow
 
@@ -98,9 +99,9 @@ def _read(r, stream: str, group: str, consumer: str, count: int, min_idle_ms: in
     return entries
 
 
-def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list]:
+def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, list]:
     """Ensure workflows and insert rows in the open transaction; returns
-    (rows inserted, workflows created, bad entries)."""
+    (rows inserted, workflows created, bad entries, (tenant_id, request_id) of every row)."""
     from app.tenants.models import Tenant
     from app.workflows.service import ensure_workflows
 
@@ -133,7 +134,8 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list]:
     live = set(db.session.scalars(db.select(Tenant.id).where(Tenant.id.in_(tenants)))) \
         if tenants else set()
     created = ensure_workflows({p for p in names if p[0] in live}, names)
-    return _insert_ignore(list(rows.values())), created, bad
+    booked = [(row["tenant_id"], row["request_id"]) for row in rows.values()]
+    return _insert_ignore(list(rows.values())), created, bad, booked
 
 
 def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
@@ -157,21 +159,26 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
         entries = _read(r, stream, GROUP, consumer, count, min_idle_ms, block_ms)
         if not entries:
             break
-        try:
-            inserted, created, bad = _write_batch(entries)
-            db.session.commit()
-        except Exception:
-            db.session.rollback()
-            raise
-        ids = [i for i, _ in entries]
-        if on_committed is not None:
-            on_committed(ids)
-        pipe = r.pipeline()
-        for entry_id, fields in bad:
-            pipe.xadd(dead, fields)
-        pipe.xack(stream, GROUP, *ids)
-        pipe.xdel(stream, *ids)
-        pipe.execute()
+        # Budget counters: the commit and forgetting its rows as "counted, not drained"
+        # happen together with respect to a reconcile (app.finops.budget). Short hold: a
+        # drain killed here stalls the next one for ``hold_s`` at most.
+        with budget_counters.booking_lock(r, k.ns, hold_s=10, wait_s=15):
+            try:
+                inserted, created, bad, booked = _write_batch(entries)
+                db.session.commit()
+            except Exception:
+                db.session.rollback()
+                raise
+            ids = [i for i, _ in entries]
+            if on_committed is not None:
+                on_committed(ids)
+            pipe = r.pipeline()
+            for entry_id, fields in bad:
+                pipe.xadd(dead, fields)
+            budget_counters.forget_unbooked(pipe, k.ns, booked)
+            pipe.xack(stream, GROUP, *ids)
+            pipe.xdel(stream, *ids)
+            pipe.execute()
         total += inserted
         new_workflows += created
     if new_workflows:

@@ -228,22 +228,149 @@ def test_an_alert_only_budget_is_not_at_100_percent_before_its_spend_is(app, red
     assert rb.state(redis_client, ns, tenant.id, period)["refused_micro"] is None
 
 
-def test_counters_reconcile_with_the_ledger(app, redis_client, ns):
+def _event(tenant_id, rid, cost, at):
+    return {"request_id": rid, "at": at.isoformat(), "tenant_id": tenant_id, "workflow": "",
+            "workflow_name": "", "tier": "tier-3", "model": "m", "status": 200, "cache": "miss",
+            "prompt_tokens": 10, "cached_tokens": 0, "completion_tokens": 5,
+            "cost_usd": str(cost), "baseline_cost_usd": str(cost), "escalated": False,
+            "ttft_ms": 3.0, "latency_ms": 9.0, "payload": {}}
+
+
+def _push(redis_client, *events):
+    import orjson
+
+    from app.redis_client import keys
+    redis_client.xadd(keys().k("ledger", "stream"), {"b": orjson.dumps(list(events))})
+
+
+def _book(redis_client, ns, tenant_id, rid, cost, period, now):
+    """What a gateway does for a finished request: settle the hold at the actual cost
+    (with the request id), then put the ledger event on the stream."""
+    rb.settle(redis_client, ns, tenant_id, cost, cost, period=period, request_id=rid)
+    _push(redis_client, _event(tenant_id, rid, cost, now))
+
+
+def test_counters_reconcile_with_the_ledger_both_ways(app, redis_client, ns):
+    from app.finops.models import Rollup
+    from app.finops.rollups import floor_bucket
+    from app.ledger.service import drain_stream
     tenant = TenantFactory()
-    admin = UserFactory(role="admin")
-    service.save_budget(admin, tenant.id, "10", "hard_stop")
+    service.save_budget(UserFactory(role="admin"), tenant.id, "10", "hard_stop")
     now = datetime.now(timezone.utc)
-    db.session.add_all([LedgerEntry(request_id=f"r{i}", at=now, tenant_id=tenant.id,
-                                    cost_usd=Decimal("1.25")) for i in range(4)])
-    db.session.commit()
     period = rb.current_period(now)
-    assert rb.state(redis_client, ns, tenant.id, period)["spent_micro"] == 0  # Redis lost it
-    out = service.reconcile_budget_counters(period)
-    assert out == [{"tenant_id": tenant.id, "before_micro": 0, "after_micro": 5_000_000}]
-    rb.settle(redis_client, ns, tenant.id, 0, Decimal("1"), period=period)  # not drained yet
-    service.reconcile_budget_counters(period)
-    assert rb.state(redis_client, ns, tenant.id, period)["spent_micro"] == 6_000_000
-    service.reconcile_budget_counters(period, force=True)
-    assert rb.state(redis_client, ns, tenant.id, period)["spent_micro"] == 5_000_000
+
+    def spent():
+        return rb.state(redis_client, ns, tenant.id, period)["spent_micro"]
+
+    def reconcile():
+        (row,) = service.reconcile_budget_counters(period)
+        assert row["tenant_id"] == tenant.id
+        return row
+
+    for i in range(4):
+        _book(redis_client, ns, tenant.id, f"rc{tenant.id}-{i}", Decimal("1.25"), period, now)
+    # counted, not drained yet: the reconcile knows and changes nothing
+    assert reconcile() == {"tenant_id": tenant.id, "before_micro": 5_000_000,
+                           "after_micro": 5_000_000, "undrained_micro": 5_000_000}
+    drain_stream(max_batches=10)
+    assert redis_client.hlen(rb.unbooked_key(ns, tenant.id)) == 0  # the drain forgot them
+    assert reconcile()["after_micro"] == 5_000_000 == spent()
+    # drift up (a double count) is corrected down, drift down (lost counts) up
+    redis_client.incrby(rb.spent_key(ns, tenant.id, period), 2_000_000)
+    assert reconcile() == {"tenant_id": tenant.id, "before_micro": 7_000_000,
+                           "after_micro": 5_000_000, "undrained_micro": 0}
+    redis_client.delete(rb.spent_key(ns, tenant.id, period))
+    assert reconcile()["after_micro"] == 5_000_000
+    # an event drained before its settle landed is not counted twice
+    _push(redis_client, _event(tenant.id, "late-settle", Decimal("0.5"), now))
+    drain_stream(max_batches=10)
+    rb.settle(redis_client, ns, tenant.id, 0, Decimal("0.5"), period=period,
+              request_id="late-settle")
+    assert reconcile()["after_micro"] == 5_500_000
+    assert redis_client.hlen(rb.unbooked_key(ns, tenant.id)) == 0
+    # an in-flight reservation is left alone and still counts against the limit
+    assert rb.reserve(redis_client, ns, tenant.id, Decimal("4.00"), period=period)[0]
+    assert reconcile()["after_micro"] == 5_500_000
+    assert rb.state(redis_client, ns, tenant.id, period)["reserved_micro"] == 4_000_000
+    assert not rb.reserve(redis_client, ns, tenant.id, Decimal("0.60"), period=period)[0]
+    rb.settle(redis_client, ns, tenant.id, Decimal("4.00"), 0, period=period)
+    # a rolled-up pool hour: the GPU allocation replaces the booked per-token estimate
+    db.session.add(Rollup(grain="hour", bucket_start=floor_bucket(now, "hour"),
+                          tenant_id=tenant.id, tier="pool", workflow="w", model="m",
+                          cost_usd=Decimal("0.25"), pool_estimate_usd=Decimal("0.25"),
+                          gpu_cost_usd=Decimal("0.40")))
+    db.session.commit()
+    assert reconcile()["after_micro"] == 5_650_000
+    # a count whose ledger event never arrives is dropped once it is old
+    rb.settle(redis_client, ns, tenant.id, 0, Decimal("1"), period=period, request_id="lost")
+    assert reconcile()["after_micro"] == 6_650_000
+    assert rb.correct_spent(redis_client, ns, tenant.id, period, Decimal("5.65"),
+                            max_age_s=-10) == (6_650_000, 5_650_000, 0)
     service.mirror_budgets()
     assert rb.state(redis_client, ns, tenant.id, period)["limit_micro"] == 10_000_000
+
+
+def test_reconciling_while_gateways_book_and_the_drain_runs_changes_nothing(app, redis_client,
+                                                                              ns):
+    """No drift, lots of traffic: every reconcile, racing reservations, settles and
+    drains, must leave the counter exactly where it was (a race would move it)."""
+    from app.ledger.service import drain_stream
+    tenant = TenantFactory()
+    service.save_budget(UserFactory(role="admin"), tenant.id, "1000", "alert")
+    tenant_id = tenant.id
+    now = datetime.now(timezone.utc)
+    period = rb.current_period(now)
+    done = threading.Event()
+    results, errors, actuals = [], [], []
+
+    def gateway(seed):
+        rnd = random.Random(seed)
+        for i in range(40):
+            est = Decimal("0.01")
+            assert rb.reserve(redis_client, ns, tenant_id, est, period=period)[0]
+            time.sleep(rnd.random() * 0.003)
+            actual = Decimal(rnd.randint(1, 10_000)) / 10**6
+            _book(redis_client, ns, tenant_id, f"race-{seed}-{i}", actual, period, now)
+            actuals.append(actual)
+
+    def in_app(fn):
+        def run():
+            with app.app_context():
+                try:
+                    fn()
+                except Exception as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+                finally:
+                    db.session.remove()
+        return run
+
+    def drainer():
+        while not done.is_set():
+            drain_stream(max_batches=2, batch_size=3)
+        drain_stream(max_batches=100)
+
+    def reconciler():
+        while not done.is_set():
+            results.extend(service.reconcile_budget_counters(period))
+
+    gws = [threading.Thread(target=in_app(lambda s=s: gateway(s))) for s in range(6)]
+    others = [threading.Thread(target=in_app(drainer)), threading.Thread(target=in_app(reconciler))]
+    for t in gws + others:
+        t.start()
+    for t in gws:
+        t.join(120)
+    done.set()
+    for t in others:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in gws + others)
+    assert len(results) > 3
+    moved = [r for r in results if r["before_micro"] != r["after_micro"]]
+    assert moved == []
+    assert any(r["undrained_micro"] > 0 for r in results)  # it did run mid-traffic
+    total = sum(int(a * 10**6) for a in actuals)
+    (final,) = service.reconcile_budget_counters(period)
+    ledger = db.session.scalar(sa.select(sa.func.sum(LedgerEntry.cost_usd)).where(
+        LedgerEntry.tenant_id == tenant_id))
+    assert final == {"tenant_id": tenant_id, "before_micro": total, "after_micro": total,
+                     "undrained_micro": 0}
+    assert int(ledger * 10**6) == total and len(actuals) == 240

@@ -18,7 +18,8 @@ def check_budgets() -> int:
 
 @shared_task(name="finops.reconcile_budgets")
 def reconcile_budgets() -> list:
-    """Correct this month's Redis spend counters from the ledger's SQL sum."""
+    """Set this month's Redis spend counters from the ledger (plus what is counted but
+    not drained yet), down as well as up."""
     from app.finops.service import reconcile_budget_counters
     return reconcile_budget_counters()
 
