@@ -83,3 +83,80 @@ def test_hard_stop_refuses_with_openai_quota_error(world, redis_client, ns):
     rb.mirror_limit(redis_client, ns, world.tenant.id, Decimal("0.000001"), "alert",
                     world.tenant.name)
     client.chat.completions.create(model="tier-1", messages=MSGS, max_tokens=1)
+
+
+def test_a_hard_budget_holds_under_concurrent_load_through_the_gateway(world, redis_client, ns):
+    """Many clients at once against a small hard budget: spend never passes the limit (each
+    request holds its worst-case estimate while in flight), refused requests get 429
+    budget_exceeded, and once the last holds settle the spend is within one request of
+    the limit and equals the ledger to the micro-dollar."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from app.core.costing import from_micro
+    from app.finops import service
+    from app.finops.models import BudgetAlert
+    from app.gateway.budget import estimate_usd
+    from app.gateway.snapshot import Snapshot
+    from app.snapshot.service import build_snapshot
+    from tests.factories import UserFactory
+
+    body = {"model": "tier-3", "max_tokens": 10, "messages": [
+        {"role": "user", "content": "load test [[delay:150]] one two three four five six seven "
+                                    "eight nine ten eleven twelve"}]}
+    tier3 = Snapshot(build_snapshot()).tiers_by_name["tier-3"]
+    est = estimate_usd(body, [tier3], 4096)   # what the gateway holds per request
+    limit = est * Decimal("10.5")             # room for 10 requests in flight at once
+    service.save_budget(UserFactory(role="finops"), world.tenant.id, str(limit), "hard_stop")
+    limit_micro = _state(redis_client, ns, world.tenant.id)["limit_micro"]
+
+    def call(_):
+        with httpx.Client(timeout=30) as http:
+            r = http.post(world.base_url + "/chat/completions", json=body,
+                          headers={"authorization": f"Bearer {world.key}"})
+            return r.status_code, r.json()
+
+    with ThreadPoolExecutor(max_workers=24) as pool:
+        burst = list(pool.map(call, range(48)))
+    ok = [b for s, b in burst if s == 200]
+    refused = [b for s, b in burst if s != 200]
+    assert refused and ok  # the load hit the stop (holds settle as answers finish, so
+    # later requests of the burst may fit again: the bound is on spend, below)
+    for b in refused:  # every refusal is the OpenAI quota error, nothing else
+        assert b["error"]["code"] == "budget_exceeded"
+        assert b["error"]["type"] == "insufficient_quota"
+    wait_for(lambda: _state(redis_client, ns, world.tenant.id)["reserved_micro"] == 0,
+             what="every hold settled")
+    assert _state(redis_client, ns, world.tenant.id)["spent_micro"] <= limit_micro
+
+    # Actual costs are below the held estimates, so room came back: one client at a time
+    # uses it until the gateway refuses with nothing in flight.
+    while True:
+        status, b = call(0)
+        if status != 200:
+            assert status == 429 and b["error"]["code"] == "budget_exceeded"
+            break
+        ok.append(b)
+        wait_for(lambda: _state(redis_client, ns, world.tenant.id)["reserved_micro"] == 0,
+                 what="hold settled")
+        assert len(ok) < 48
+    st = _state(redis_client, ns, world.tenant.id)
+    assert st["reserved_micro"] == 0
+    assert st["spent_micro"] <= limit_micro                      # never over
+    assert limit_micro - st["spent_micro"] < to_micro(est)        # within one request
+    rows = world.drain_rows(len(ok))
+    assert len(rows) == len(ok)                                   # one row per answer
+    booked = sum(r.cost_usd for r in rows)
+    assert booked <= from_micro(limit_micro)
+    # the counter rounds each request to the micro-dollar (half up); the reconcile sets it
+    # to the ledger's exact sum and finds nothing undrained
+    assert abs(to_micro(booked) - st["spent_micro"]) <= len(rows) // 2 + 1
+    (rec,) = [r for r in service.reconcile_budget_counters()
+              if r["tenant_id"] == world.tenant.id]
+    assert rec["after_micro"] == to_micro(booked) and rec["undrained_micro"] == 0
+    # the refusals put the budget at 100%: its alert is raised although spend is below
+    service.check_budget_alerts()
+    assert 100 in {a.threshold_pct for a in
+                   service.db.session.scalars(service.sa.select(BudgetAlert).where(
+                       BudgetAlert.tenant_id == world.tenant.id))}
