@@ -28,6 +28,7 @@ from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
 from app.gateway.upstream import Upstream
 from app.router.published import PublishedRouters
+from app.routing.lint import LintSampler
 from app.routing.load import DEFAULT_TTL_S, AsyncInflightTracker
 from app.redis_client import Keys
 
@@ -52,6 +53,7 @@ class Gateway:
         self.cache = s00_cache.GatewayCache(config)
         self.routers = PublishedRouters()   # S01's active router per scope
         self._router_redis = None           # sync client: PublishedRouters.refresh is sync
+        self.lint: LintSampler | None = None  # system-prompt samples for the template lint
         self._tasks: list[asyncio.Task] = []
         self._hooks: set[asyncio.Task] = set()
 
@@ -68,6 +70,8 @@ class Gateway:
             spool_dir=self.config.get("GATEWAY_LEDGER_SPOOL_DIR") or None,
             linger_s=float(self.config.get("GATEWAY_LEDGER_LINGER_S") or 0.02))
         self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
+        self.lint = LintSampler(self.redis, self.keys,
+                                float(self.config.get("GATEWAY_LINT_INTERVAL_S") or 60.0))
         await self.snapshots.refresh()
         self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                                   socket_connect_timeout=1.0)
@@ -76,7 +80,8 @@ class Gateway:
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run()),
-                       asyncio.create_task(self._refresh_inflight())]
+                       asyncio.create_task(self._refresh_inflight()),
+                       asyncio.create_task(self._flush_lint())]
 
     async def refresh_routers(self) -> None:
         """Reload the published routers when their version moved (one GET otherwise);
@@ -104,6 +109,28 @@ class Gateway:
                     await self.inflight.refresh()
                 except Exception as exc:  # noqa: BLE001
                     log.warning("in-flight refresh failed: %s", exc)
+
+    async def _flush_lint(self) -> None:
+        """Write the lint's request counts of workflows that went quiet."""
+        while True:
+            await asyncio.sleep(self.lint.interval_s)
+            await self._lint_write(self.lint.flush())
+
+    @staticmethod
+    async def _lint_write(write) -> None:
+        try:
+            await write
+        except Exception as exc:  # noqa: BLE001 - the lint is advisory
+            log.debug("lint sample not written: %s", exc)
+
+    def _sample_prompt(self, ctx: RequestContext) -> None:
+        """A request that reached a model: count it for the template lint (its workflow's
+        system prompt costs prefill there); now and then keep the prompt, after the answer."""
+        if ctx.cache != "miss" or ctx.tier is None or self.lint is None:
+            return
+        write = self.lint.note(ctx.tenant["id"], ctx.workflow_signature, ctx.body)
+        if write is not None:
+            self.spawn(self._lint_write(write))
 
     async def track_replica(self, ctx: RequestContext, replica_id) -> None:
         """Count ``ctx`` in flight on ``replica_id`` (releasing a previous replica of a
@@ -134,6 +161,9 @@ class Gateway:
                 await t
         if self._hooks:
             await asyncio.wait(self._hooks, timeout=5)
+        if self.lint is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.lint.flush(), timeout=2)
         try:
             await asyncio.wait_for(self.ledger.flush(), timeout=5)
         except Exception as exc:  # noqa: BLE001
@@ -153,6 +183,10 @@ class Gateway:
             self.ledger.submit(finish(ctx, self.metrics))
         except Exception:  # noqa: BLE001 - accounting bugs must not fail the answer
             log.exception("request %s: telemetry failed", ctx.request_id)
+        try:
+            self._sample_prompt(ctx)
+        except Exception:  # noqa: BLE001 - the lint never fails the answer
+            log.exception("request %s: lint sample failed", ctx.request_id)
         if ctx.inflight_replica is not None:
             self.spawn(self.untrack_replica(ctx))
         if ctx.budget_reserved is not None:

@@ -6,8 +6,14 @@ Redis layout (``<ns>`` is the namespace, ``<wf>`` is ``<tenant_id>:<workflow>``)
 
 - ``<ns>:lint:workflows``            set of ``<wf>``
 - ``<ns>:lint:<wf>:n:<yyyymmdd>``    requests counted that UTC day (kept 3 days)
-- ``<ns>:lint:<wf>:samples``         list, newest first, of at most ``KEEP`` prompts; a
-  sample is stored for the first ``KEEP`` requests and then every ``SAMPLE_EVERY``-th.
+- ``<ns>:lint:<wf>:samples``         list, newest first, of at most ``KEEP`` prompts.
+
+Writers: the gateway's ``LintSampler`` counts requests in memory and, after the answer,
+writes a workflow's count and one sample of its system prompt on its first request and
+then at most once per ``SAMPLE_INTERVAL_S`` (counts of quiet workflows are flushed on the
+same interval): one pipeline per workflow per minute, whatever the traffic. The sync
+``record_prompt_sample`` (scripts, tests) counts every call and keeps the first ``KEEP``
+prompts, then every ``SAMPLE_EVERY``-th.
 """
 from __future__ import annotations
 
@@ -32,6 +38,37 @@ def _day(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y%m%d")
 
 
+def _count_cmds(k: Keys, wf: str, n: int, ts: float) -> list[tuple[str, tuple]]:
+    day_key = k.k("lint", wf, "n", _day(ts))
+    return [("incrby", (day_key, n)), ("expire", (day_key, DAY_TTL_S)),
+            ("sadd", (k.k("lint", "workflows"), wf))]
+
+
+def _sample_cmds(k: Keys, wf: str, system_prompt: str) -> list[tuple[str, tuple]]:
+    samples = k.k("lint", wf, "samples")
+    return [("lpush", (samples, system_prompt[:MAX_CHARS])), ("ltrim", (samples, 0, KEEP - 1)),
+            ("expire", (samples, 7 * 86400))]
+
+
+def _queue(pipe, cmds: list[tuple[str, tuple]]) -> None:
+    for name, args in cmds:
+        getattr(pipe, name)(*args)
+
+
+def system_prompt_of(body: dict) -> str:
+    """The leading system/developer messages of a chat request, as the engine sees them."""
+    parts = []
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer"):
+            break
+        content = m.get("content")
+        if isinstance(content, list):
+            content = "\n".join(p.get("text", "") for p in content
+                                if isinstance(p, dict) and p.get("type") == "text")
+        parts.append(content if isinstance(content, str) else "")
+    return "\n".join(parts)
+
+
 def record_prompt_sample(redis, ns: Keys | str, tenant_id: int | str, workflow: str,
                          system_prompt: str, *, now: float | None = None) -> bool:
     """Count one request of the workflow and keep its system prompt when sampled.
@@ -39,22 +76,63 @@ def record_prompt_sample(redis, ns: Keys | str, tenant_id: int | str, workflow: 
     k = _k(ns)
     wf = f"{tenant_id}:{workflow}"
     ts = time.time() if now is None else now
-    day_key = k.k("lint", wf, "n", _day(ts))
     pipe = redis.pipeline(transaction=False)
-    pipe.incr(day_key)
-    pipe.expire(day_key, DAY_TTL_S)
-    pipe.sadd(k.k("lint", "workflows"), wf)
+    _queue(pipe, _count_cmds(k, wf, 1, ts))
     pipe.llen(k.k("lint", wf, "samples"))
     n, _, _, have = pipe.execute()
     if have >= KEEP and n % SAMPLE_EVERY != 1:
         return False
-    samples = k.k("lint", wf, "samples")
     pipe = redis.pipeline(transaction=False)
-    pipe.lpush(samples, system_prompt[:MAX_CHARS])
-    pipe.ltrim(samples, 0, KEEP - 1)
-    pipe.expire(samples, 7 * 86400)
+    _queue(pipe, _sample_cmds(k, wf, system_prompt))
     pipe.execute()
     return True
+
+
+class LintSampler:
+    """The gateway's side (redis.asyncio): ``note`` is called once per request that went
+    to a model and costs a dict update; at most once per ``interval_s`` per workflow it
+    returns a coroutine (run it after the answer) that writes the requests counted since
+    and this request's system prompt. ``flush`` writes the counts still held (run it on
+    the same interval and at shutdown)."""
+
+    MAX_TRACKED = 10_000
+
+    def __init__(self, redis, ns: Keys | str, interval_s: float = 60.0) -> None:
+        self.redis, self.keys, self.interval_s = redis, _k(ns), interval_s
+        self.pending: dict[str, int] = {}
+        self._last: dict[str, float] = {}
+
+    def note(self, tenant_id: int | str, workflow: str, body: dict, *,
+             clock: Callable[[], float] = time.monotonic):
+        if not workflow:
+            return None
+        wf = f"{tenant_id}:{workflow}"
+        self.pending[wf] = self.pending.get(wf, 0) + 1
+        now = clock()
+        if now - self._last.get(wf, float("-inf")) < self.interval_s:
+            return None
+        if len(self._last) >= self.MAX_TRACKED:     # many one-off workflows: start over
+            self._last.clear()
+        self._last[wf] = now
+        prompt = system_prompt_of(body)
+        return self._write(wf, self.pending.pop(wf), prompt)
+
+    async def _write(self, wf: str, n: int, prompt: str) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        _queue(pipe, _count_cmds(self.keys, wf, n, time.time()))
+        if prompt:
+            _queue(pipe, _sample_cmds(self.keys, wf, prompt))
+        await pipe.execute()
+
+    async def flush(self) -> None:
+        held, self.pending = self.pending, {}
+        if not held:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        ts = time.time()
+        for wf, n in held.items():
+            _queue(pipe, _count_cmds(self.keys, wf, n, ts))
+        await pipe.execute()
 
 
 def requests_per_day(redis, ns: Keys | str, wf: str, *, now: float | None = None) -> float:
