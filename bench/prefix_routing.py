@@ -1,30 +1,34 @@
-"""Prefix-cache hit rate on 4 real reference-engine replicas: round-robin vs Sluice's
-replica choice (rendezvous hashing with bounded load, live in-flight counts in Redis).
+"""Prefix-cache hit rate on real reference-engine replicas behind the real gateway: the
+tenant policy's ``replica_choice: round_robin`` against ``sluice`` (S03's rendezvous
+hashing with bounded load, ``app.core.rendezvous.sluice_choice``).
 
     .venv/bin/python bench/prefix_routing.py [--model smollm2|tiny|PATH] [--replicas 4]
-        [--sessions 16] [--turns 5] [--teams 4] [--context-words 60] [--kv-tokens 8000]
+        [--sessions 16] [--turns 5] [--singles 8] [--teams 4] [--context-words 60]
+        [--kv-tokens 8000] [--workers 2]
 
-The same workload (multi-turn sessions plus single-shot requests that share team system
-prompts) is driven twice; each arm starts fresh engine processes so no cache carries
-over. The hit rate is read from the replicas' own ``/metrics`` counters
-(``vllm:prefix_cache_hits`` / ``vllm:prefix_cache_queries``, token-weighted), never
-computed by the bench. Routing is done here, in the bench's client, with the same
-``pick_replica`` and ``InflightTracker`` the gateway's S03 stage is to use; the gateway's
-S03 does not call them yet, so its own choice is not what is measured.
+The same workload (multi-turn sessions sent with ``X-Sluice-Session``, plus single-shot
+requests that share team system prompts) is driven twice through one gateway process
+(gunicorn + uvicorn worker) that gets its config the production way: a control plane on a
+throwaway SQLite database publishes the snapshot (tenant, key, tier, pool, replicas,
+policy) to Redis under a throwaway namespace. Each arm starts fresh engine processes, so
+no cache carries over, and publishes the tenant's ``replica_choice`` for that arm; the
+bench only sends requests, S03 picks the replica. The hit rate is read from the
+replicas' own ``/metrics`` counters (``vllm:prefix_cache_hits`` /
+``vllm:prefix_cache_queries``, token-weighted), never computed by the bench.
 """
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import random
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
@@ -32,9 +36,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.core.rendezvous import ReplicaView, affinity_key, sluice_choice  # noqa: E402
 from app.routing.live import make_sessions, reply_text, scrape, system_prompt  # noqa: E402
-from app.routing.load import InflightTracker, read_loads  # noqa: E402
+
+ARMS = ("round_robin", "sluice")
 
 
 def _free_port() -> int:
@@ -43,30 +47,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Engine:
-    def __init__(self, model: str, kv_tokens: int, log_dir: Path, i: int) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(log_dir / f"engine-{i}-{self.port}.log", "wb")
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.engine", "--model", model, "--served-model-name",
-             "bench", "--port", str(self.port), "--threads", "1",
-             "--max-prefix-tokens", str(kv_tokens)],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+def _wait(pred, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if pred():
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"timed out waiting for {what}")
 
-    def wait(self, timeout_s: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"engine exited ({self.proc.returncode}); see {self.log.name}")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        raise TimeoutError("engine did not become healthy")
+
+class Proc:
+    def __init__(self, argv: list[str], env: dict, log: Path) -> None:
+        self.log = open(log, "wb")
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.log.name} exited ({self.proc.returncode})")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -77,6 +78,74 @@ class Engine:
                 self.proc.kill()
                 self.proc.wait(10)
         self.log.close()
+
+
+def start_engine(model: str, kv_tokens: int, env: dict, log_dir: Path, i: int) -> tuple[Proc, str]:
+    port = _free_port()
+    proc = Proc([sys.executable, "-m", "app.engine", "--model", model, "--served-model-name",
+                 "bench", "--port", str(port), "--threads", "1",
+                 "--max-prefix-tokens", str(kv_tokens)], env, log_dir / f"engine-{i}-{port}.log")
+    return proc, f"http://127.0.0.1:{port}"
+
+
+class ControlPlane:
+    """The console's app on a throwaway SQLite database: one tenant whose key calls tier-1,
+    a pool of the engines of the running arm, and publishing of the snapshot."""
+
+    def __init__(self, tmp: Path, redis_url: str, ns: str, model: str) -> None:
+        from app import create_app
+        from app.catalog.models import Pool, Tier
+        from app.extensions import db
+        from app.policies.models import Policy
+        from app.security import KEY_PREFIX, new_token
+        from app.tenants.models import ApiKey, Tenant
+        self.app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp / 'bench.db'}",
+                               "REDIS_URL": redis_url, "REDIS_NAMESPACE": ns,
+                               "QDRANT_PATH": str(tmp / "qdrant"), "SECRET_KEY": "bench"},
+                              env="dev")
+        self.ctx = self.app.app_context()
+        self.ctx.push()
+        db.create_all()
+        tenant = Tenant(name="bench", department="bench")
+        self.pool = Pool(name="bench-pool", model=model, served_model_name="bench",
+                         engine="reference", options={})
+        db.session.add_all([tenant, self.pool])
+        db.session.flush()
+        self.key, prefix, digest = new_token(KEY_PREFIX)
+        db.session.add(ApiKey(tenant_id=tenant.id, name="bench", prefix=prefix, key_hash=digest))
+        db.session.add(Tier(name="tier-1", rank=1, model="bench", upstream_kind="pool",
+                            pool_id=self.pool.id, price_input_per_m=Decimal("0.06"),
+                            price_cached_input_per_m=Decimal("0.015"),
+                            price_output_per_m=Decimal("0.18"), timeout_s=600))
+        db.session.add(Policy(tenant_id=None, values={}))
+        self.policy = Policy(tenant_id=tenant.id, values={})
+        db.session.add(self.policy)
+        db.session.commit()
+        from app.snapshot.service import publish
+        publish()                      # a gateway serves only once it holds a snapshot
+
+    def arm(self, replica_choice: str, urls: list[str]) -> int:
+        """Point the pool at ``urls`` and the tenant at ``replica_choice``; publish."""
+        from app.catalog.models import Replica
+        from app.extensions import db
+        from app.snapshot.service import publish
+        for r in list(self.pool.replicas):
+            db.session.delete(r)
+        db.session.flush()
+        for i, url in enumerate(urls):
+            db.session.add(Replica(pool_id=self.pool.id, index=i, url=url, state="healthy"))
+        self.policy.values = {"replica_choice": replica_choice, "session_key": "header",
+                              "cache_enabled": False, "minify_enabled": False,
+                              "margin_gamma": 0.0, "frontier_first_hours": 0}
+        db.session.commit()
+        db.session.expire_all()
+        return publish()
+
+    def close(self) -> None:
+        from app.extensions import db
+        db.session.remove()
+        db.engine.dispose()
+        self.ctx.pop()
 
 
 def build_rounds(args) -> list[list[dict]]:
@@ -94,66 +163,59 @@ def build_rounds(args) -> list[list[dict]]:
 
 def body_for(item: dict, rng: random.Random, args) -> dict:
     if "session" in item:
-        return item["session"].next_body(rng, "bench", args.max_tokens, args.context_words)
-    return {"model": "bench", "max_tokens": args.max_tokens, "temperature": 0, "messages": [
+        return item["session"].next_body(rng, "tier-1", args.max_tokens, args.context_words)
+    return {"model": "tier-1", "max_tokens": args.max_tokens, "temperature": 0, "messages": [
         {"role": "system", "content": system_prompt(item["team"], args.prompt_words)},
         {"role": "user", "content": f"Classify ticket {rng.randint(10_000, 99_999)}."}]}
 
 
-def run_arm(policy: str, args, redis_client, ns: str, log_dir: Path) -> dict:
-    engines = [Engine(args.model, args.kv_tokens, log_dir, i) for i in range(args.replicas)]
+def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: Path) -> dict:
+    started = [start_engine(args.model, args.kv_tokens, env, log_dir, i)
+               for i in range(args.replicas)]
+    procs, urls = [p for p, _ in started], [u for _, u in started]
     try:
-        for e in engines:
-            e.wait()
-        views = [ReplicaView(id=i, url=e.url) for i, e in enumerate(engines)]
-        tracker = InflightTracker(redis_client, ns, gateway_id=f"bench-{policy}")
-        rr = itertools.count()
-        lock = threading.Lock()
+        for p, u in started:
+            _wait(lambda: (p.check(), httpx.get(u + "/health", timeout=2).status_code)[1]
+                  == 200, 300, f"engine {u}")
+        version = cp.arm(arm, urls)
+        _wait(lambda: (httpx.get(gateway + "/healthz", timeout=2).json()
+                       .get("snapshot_version") or 0) >= version, 30, "gateway snapshot")
         rng = random.Random(args.seed + 1)
-        errors = 0
+        errors: list[str] = []
+        headers = {"authorization": f"Bearer {cp.key}"}
         with httpx.Client(timeout=600) as client:
-            start = {i: scrape(client, e.url) for i, e in enumerate(engines)}
+            start = {u: scrape(client, u) for u in urls}
 
-            def send(item: dict) -> None:
-                nonlocal errors
-                with lock:
-                    body = body_for(item, rng, args)
-                    if policy == "round_robin":
-                        choice = views[next(rr) % len(views)]
-                    else:
-                        sess = item.get("session")
-                        key = affinity_key(sess.session_id if sess else None,
-                                           body["messages"][0]["content"], 4500)
-                        loads = read_loads(redis_client, [v.id for v in views], ns)
-                        choice = sluice_choice(key, views, loads, args.c)
-                    tracker.acquire(choice.id)
-                try:
-                    resp = client.post(choice.url + "/v1/chat/completions", json=body)
-                    ok = resp.status_code == 200
-                    if "session" in item:
-                        item["session"].add_reply(reply_text(resp) if ok else "")
-                    if not ok:
-                        errors += 1
-                finally:
-                    tracker.release(choice.id)
+            def send(pair: tuple[dict, dict]) -> None:
+                item, body = pair
+                h = dict(headers)
+                if "session" in item:
+                    h["x-sluice-session"] = item["session"].session_id
+                resp = client.post(gateway + "/v1/chat/completions", json=body, headers=h)
+                if resp.status_code != 200:
+                    errors.append(f"{resp.status_code} {resp.text[:120]}")
+                if "session" in item:
+                    item["session"].add_reply(reply_text(resp) if resp.status_code == 200
+                                              else "")
 
+            rounds = build_rounds(args)
             t0 = time.perf_counter()
-            for items in build_rounds(args):
+            for items in rounds:
+                bodies = [(it, body_for(it, rng, args)) for it in items]
                 with ThreadPoolExecutor(args.workers) as pool:
-                    list(pool.map(send, items))
+                    list(pool.map(send, bodies))
             elapsed = time.perf_counter() - t0
-            end = {i: scrape(client, e.url) for i, e in enumerate(engines)}
-        q = {i: end[i]["vllm:prefix_cache_queries"] - start[i]["vllm:prefix_cache_queries"]
-             for i in end}
-        h = {i: end[i]["vllm:prefix_cache_hits"] - start[i]["vllm:prefix_cache_hits"]
-             for i in end}
-        total_q = sum(q.values())
-        return {"hit_rate": sum(h.values()) / total_q if total_q else 0.0,
-                "queried_tokens": total_q, "per_replica_queries": [q[i] for i in sorted(q)],
+            end = {u: scrape(client, u) for u in urls}
+        q = [end[u]["vllm:prefix_cache_queries"] - start[u]["vllm:prefix_cache_queries"]
+             for u in urls]
+        h = [end[u]["vllm:prefix_cache_hits"] - start[u]["vllm:prefix_cache_hits"]
+             for u in urls]
+        return {"hit_rate": sum(h) / sum(q) if sum(q) else 0.0, "queried_tokens": sum(q),
+                "per_replica_queries": q, "requests": sum(len(r) for r in rounds),
                 "errors": errors, "seconds": elapsed}
     finally:
-        for e in engines:
-            e.stop()
+        for p in procs:
+            p.stop()
 
 
 def main() -> None:
@@ -170,33 +232,58 @@ def main() -> None:
     p.add_argument("--kv-tokens", type=int, default=8000, help="prefix cache per replica")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="requests in flight at once")
-    p.add_argument("--c", type=float, default=1.25, help="bounded-load factor")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--redis", default=os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = p.parse_args()
     import redis
     r = redis.Redis.from_url(args.redis)
-    ns = f"sluicebench{os.getpid()}"
-    with tempfile.TemporaryDirectory() as tmp:
+    ns = f"sluicebench{uuid.uuid4().hex[:8]}"
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="sluice-prefix-bench-") as tmp_name:
+        tmp = Path(tmp_name)
         if args.model == "tiny":
             from app.engine.model import build_tiny_llama
-            args.model = str(build_tiny_llama(Path(tmp) / "tiny"))
-        results = {pol: run_arm(pol, args, r, ns, Path(tmp)) for pol in ("round_robin", "sluice")}
-    for key in r.scan_iter(f"{ns}:*"):
-        r.delete(key)
-    print(f"{args.replicas} replicas ({args.model}), prefix cache {args.kv_tokens} tokens each; "
-          f"sluice: c={args.c}, {args.workers} requests in flight; "
-          f"{args.sessions} sessions x {args.turns} turns (+{args.context_words} context words "
-          f"each) + {args.singles} single-shot/round, "
-          f"{args.teams} team prompts; hit rate from the replicas' /metrics")
+            args.model = str(build_tiny_llama(tmp / "tiny"))
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "SLUICE_REDIS_URL": args.redis, "SLUICE_REDIS_NAMESPACE": ns,
+               "SLUICE_ENV": "dev", "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": str(tmp / "spool"),
+               "SLUICE_QDRANT_PATH": str(tmp / "gw-qdrant"), "PYTHONPATH": str(ROOT)}
+        cp = ControlPlane(tmp, args.redis, ns, args.model)
+        import logging
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        port = _free_port()
+        gateway_url = f"http://127.0.0.1:{port}"
+        gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+        gw = Proc([gunicorn, "-k", "uvicorn.workers.UvicornWorker", "-w", "1", "-b",
+                   f"127.0.0.1:{port}", "--log-level", "warning",
+                   "app.gateway.asgi:create_gateway()"], env, tmp / "gateway.log")
+        try:
+            _wait(lambda: (gw.check(), httpx.get(gateway_url + "/healthz", timeout=2)
+                           .status_code)[1] == 200, 120, "gateway")
+            for arm in ARMS:
+                results[arm] = run_arm(arm, args, cp, gateway_url, env, tmp)
+        finally:
+            gw.stop()
+            cp.close()
+            for key in r.scan_iter(f"{ns}:*"):
+                r.delete(key)
+    print(f"{args.replicas} reference-engine replicas ({Path(args.model).name}) behind the "
+          f"gateway, prefix cache {args.kv_tokens} tokens each, {args.workers} requests in "
+          f"flight; {args.sessions} sessions x {args.turns} turns (+{args.context_words} context"
+          f" words each) + {args.singles} single-shot/round, {args.teams} team prompts; "
+          f"policy replica_choice per arm; hit rate from the replicas' /metrics")
     print(f"{'':22}{'round-robin':>14}{'sluice':>14}")
     rows = [("prefix hit rate", lambda x: f"{x['hit_rate']:.1%}"),
             ("queried tokens", lambda x: f"{x['queried_tokens']:,.0f}"),
             ("max/mean queries", lambda x: f"{max(x['per_replica_queries']) / (sum(x['per_replica_queries']) / len(x['per_replica_queries'])):.2f}"),
-            ("errors", lambda x: str(x["errors"])),
+            ("requests", lambda x: str(x["requests"])),
+            ("errors", lambda x: str(len(x["errors"]))),
             ("wall seconds", lambda x: f"{x['seconds']:.1f}")]
     for label, fmt in rows:
         print(f"{label:<22}{fmt(results['round_robin']):>14}{fmt(results['sluice']):>14}")
+    for arm in ARMS:
+        for e in results[arm]["errors"][:3]:
+            print(f"{arm} error: {e}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ FIELDS: dict[str, Field] = {
                          help="Where the session id for replica affinity comes from"),
     "prefix_key_tokens": Field(int, 4500, 16, 1_000_000,
                                help="Static-prefix tokens hashed for replica choice"),
+    "replica_choice": Field(str, "sluice", choices=("sluice", "round_robin"),
+                            help="Replica choice: rendezvous on session/prefix with bounded "
+                                 "load, or round-robin (a baseline to compare with)"),
     "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)"),
 }
 

@@ -85,3 +85,12 @@ def test_cache_salt_per_tenant_when_the_policy_asks(app, gateway, fake_replicas,
     assert len(salt) == 32 and set(salt) <= set("0123456789abcdef")
     _send(w)
     assert httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]["cache_salt"] == salt
+
+
+def test_round_robin_policy_ignores_the_session(app, gateway, fake_replicas, frontier):
+    # The baseline bench/prefix_routing.py compares with: replica_choice=round_robin.
+    rr = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                    policy={"replica_choice": "round_robin"})
+    names = [_send(rr, "one-session").headers["x-fake-replica"] for _ in range(6)]
+    assert len(set(names)) == 2 and all(a != b for a, b in zip(names, names[1:]))
+    # (under the default, sluice, a session stays on one replica: the first test above)

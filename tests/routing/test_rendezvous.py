@@ -186,8 +186,13 @@ def test_gateway_simulator_and_bench_share_one_policy():
     assert prefix_sim.sluice_choice is sluice_choice
     assert not {"prefix_choices", "load_floor", "choices", "floor"} & set(
         prefix_sim.SimParams.__dataclass_fields__)
+    def calls(path: pathlib.Path) -> set[str]:
+        return {n.func.id for n in ast.walk(ast.parse(path.read_text()))
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+
+    for path in (pathlib.Path(s03_prefill.__file__), pathlib.Path(prefix_sim.__file__)):
+        assert "pick_replica" not in calls(path), path
+    # the bench leaves the choice to the gateway's S03, switched by the policy field
     bench = pathlib.Path(__file__).resolve().parents[2] / "bench" / "prefix_routing.py"
-    for path in (pathlib.Path(s03_prefill.__file__), pathlib.Path(prefix_sim.__file__), bench):
-        calls = {n.func.id for n in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-        assert "pick_replica" not in calls, path
+    assert not {"pick_replica", "sluice_choice"} & calls(bench)
+    assert '"replica_choice"' in bench.read_text()

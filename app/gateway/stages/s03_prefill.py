@@ -10,9 +10,14 @@ gateway + scraped ``num_requests_waiting``) come from Redis (``app.routing.load`
 Redis out the choice is plain rendezvous. A failover before the first byte takes the
 next replica in HRW order. Fallback S03_LOCAL_PREFILL takes any live replica without
 affinity, or escalates when the tier has none left.
+
+The policy's ``replica_choice: round_robin`` replaces all that with plain round-robin over
+the healthy replicas (per gateway process, like a Kubernetes Service): the baseline that
+``bench/prefix_routing.py`` drives through the same gateway.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 
 import orjson
@@ -22,6 +27,7 @@ from app.gateway.context import RequestContext
 from app.routing.load import cache_salt_for, read_loads_async
 
 log = logging.getLogger(__name__)
+_round_robin: dict[str, itertools.count] = {}   # per tier, this process
 
 
 def _text(content) -> str:
@@ -117,6 +123,10 @@ async def run(ctx: RequestContext) -> str:
         raise NoReplica(f"no healthy replica for tier {ctx.tier['name']}")
     if len(reps) == 1:
         ctx.replica = reps[0]
+        return "S04_DECODE"
+    if ctx.policy.get("replica_choice") == "round_robin":
+        turn = next(_round_robin.setdefault(ctx.tier["name"], itertools.count()))
+        ctx.replica = sorted(reps, key=lambda r: str(r.get("id") or r["url"]))[turn % len(reps)]
         return "S04_DECODE"
     views, by_id = _views(reps)
     loads = await _loads(ctx, [v.id for v in views])
