@@ -8,7 +8,12 @@ when it is in the lexicon of places, months, vendors and regimes below. Capitali
 words ("Umbrella", "Stark Industries") can only be told apart by casing, so that is a
 separate, optional check: ``cased_names`` / ``cased_names_agree``.
 
-The signature is a sorted multiset (a tuple with repeats), so "1 1 2" and "2 1 2" differ.
+The signature is a sorted multiset (a tuple with repeats), so "1 1 2" and "2 1 2" differ,
+plus role items so that order matters where it carries meaning: "100 USD to EUR" is not
+"100 EUR to USD", "Alice paid Bob" is not "Bob paid Alice", while moving a phrase ("In
+Nevada, what is the tax rate?") changes nothing. How text is read: ``entity_parse``; the
+word lists: ``entity_lexicon``. Data-size units differ only by case ("Mb" bit, "MB" byte):
+``cased_units`` / ``cased_units_agree``, optional like the names.
 """
 from __future__ import annotations
 
@@ -17,201 +22,17 @@ import re
 import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
-_WORDS_FILE = Path(__file__).with_name("data") / "common_words.txt"
+from app.core import entity_lexicon as _lex
+from app.core.entity_parse import DIGIT_RE, TOKEN_RE, analyse, is_common, strip_contraction
 
-# Always common even where the vocabulary says otherwise: fillers a paraphrase adds.
-_FILLERS = """hi hello hey thanks thank please yes yeah ok okay dear sir madam kindly however
-also additionally furthermore meanwhile unfortunately actually basically quick question
-tell me could would you i we us our my system general license""".split()
-
-
-def _load_common() -> frozenset[str]:
-    try:
-        words = set(_WORDS_FILE.read_text().split())
-    except OSError:  # a broken install must not break the cache: fall back to the fillers
-        words = set()
-    return frozenset(words | set(_FILLERS) | set("abcdefghijklmnopqrstuvwxyz"))
-
-
-COMMON_WORDS = _load_common()
-
-
-def _lex(category: str, words: str) -> dict[str, str]:
-    return {w: f"{category}:{w}" for w in words.split()}
-
-
-def _canon(category: str, mapping: dict[str, str]) -> dict[str, str]:
-    return {w: f"{category}:{c}" for w, c in mapping.items()}
-
-
-_NEGATIONS = _lex("neg", """not no never none nobody nothing nowhere neither nor without
-except excluding exclude unless non lack lacking unable invalid incorrect inactive unavailable
-unsupported illegal impossible""")
-_NEGATIONS.update({"cannot": "neg:not", "n't": "neg:not", "nope": "neg:no"})
-
-_COMPARISONS = _lex("cmp", """before after more less fewer greater higher lower above below
-over under least most max maximum min minimum increase decrease longer shorter bigger smaller
-larger older newer faster slower cheaper earlier later exceed within between since until till
-beyond exactly approximately roughly equal plus minus up down""")
-_COMPARISONS.update({"greatest": "cmp:most", "highest": "cmp:most", "lowest": "cmp:least",
-                     "largest": "cmp:most", "smallest": "cmp:least", "biggest": "cmp:most",
-                     "exceeds": "cmp:exceed", "worse": "cmp:worse", "better": "cmp:better",
-                     "best": "cmp:best", "worst": "cmp:worst"})
-
-_QUANTIFIERS = _lex("q", """all any some every each only first last top bottom both either few
-many several single entire whole half majority minority next previous prior latest oldest
-newest second third""")
-
-# Direction words whose antonym would otherwise look like a paraphrase.
-_DIRECTIONS = _lex("dir", """enable disable add remove upgrade downgrade import export buy sell
-purchase refund charge open close start stop allow deny block unblock include accept reject
-approve encrypt decrypt upload download install uninstall login logout push pull win lose lock
-unlock create delete send receive credit debit deposit withdraw inbound outbound grant revoke
-activate deactivate subscribe unsubscribe increment decrement insert drop read write load
-unload enter exit hire fire raise lower pass fail succeed success failure true false on off
-in out inc dec positive negative left right""")
-_DIRECTIONS.update({"sold": "dir:sell", "bought": "dir:buy", "sent": "dir:send",
-                    "lost": "dir:lose", "won": "dir:win", "logged": "dir:login",
-                    "log-in": "dir:login", "log-out": "dir:logout"})
-for _w in ("in", "on", "left", "right", "pass", "raise", "lower"):
-    _DIRECTIONS.pop(_w, None)  # too common as plain prepositions / verbs
-
-_MONTHS = {"january": "1", "jan": "1", "february": "2", "feb": "2", "march": "3", "mar": "3",
-           "april": "4", "apr": "4", "may": "5", "june": "6", "jun": "6", "july": "7",
-           "jul": "7", "august": "8", "aug": "8", "september": "9", "sep": "9", "sept": "9",
-           "october": "10", "oct": "10", "november": "11", "nov": "11", "december": "12",
-           "dec": "12"}
-_WEEKDAYS = {"monday": "mon", "mon": "mon", "tuesday": "tue", "tue": "tue", "tues": "tue",
-             "wednesday": "wed", "wed": "wed", "thursday": "thu", "thu": "thu", "thur": "thu",
-             "thurs": "thu", "friday": "fri", "fri": "fri", "saturday": "sat",
-             "sunday": "sun"}
-_DATES = {**_canon("month", _MONTHS), **_canon("day", _WEEKDAYS), **_lex("when", """today
-tonight tomorrow yesterday weekend weekday morning afternoon evening night midnight noon daily
-weekly monthly quarterly yearly annually annual hourly ago overnight fortnight""")}
-
-_CURRENCIES = _canon("cur", {
-    "$": "usd", "usd": "usd", "dollar": "usd", "dollars": "usd", "buck": "usd", "bucks": "usd",
-    "€": "eur", "eur": "eur", "euro": "eur", "euros": "eur", "£": "gbp", "gbp": "gbp",
-    "sterling": "gbp", "pound": "pound", "pounds": "pound", "¥": "jpy", "jpy": "jpy",
-    "yen": "jpy", "yuan": "cny", "cny": "cny", "rmb": "cny", "renminbi": "cny", "₹": "inr",
-    "inr": "inr", "rupee": "inr", "rupees": "inr", "₩": "krw", "krw": "krw", "₽": "rub",
-    "rub": "rub", "ruble": "rub", "rubles": "rub", "¢": "cent", "cent": "cent", "cents": "cent",
-    "penny": "pence", "pence": "pence", "₿": "btc", "btc": "btc", "bitcoin": "btc",
-    "cad": "cad", "aud": "aud", "chf": "chf", "franc": "chf", "francs": "chf", "sek": "sek",
-    "nok": "nok", "dkk": "dkk", "brl": "brl", "mxn": "mxn", "peso": "mxn", "pesos": "mxn",
-    "zar": "zar", "rand": "zar", "sgd": "sgd", "hkd": "hkd", "nzd": "nzd", "₺": "try",
-    "lira": "try", "₪": "ils", "shekel": "ils", "ils": "ils", "eth": "eth", "usdc": "usdc"})
-
-_UNIT_CANON = {
-    "kg": "kg", "kgs": "kg", "kilogram": "kg", "kilograms": "kg", "g": "g", "gram": "g",
-    "grams": "g", "mg": "mg", "milligram": "mg", "lb": "lb", "lbs": "lb", "oz": "oz",
-    "ounce": "oz", "ounces": "oz", "ton": "t", "tons": "t", "tonne": "t", "tonnes": "t",
-    "km": "km", "kilometer": "km", "kilometers": "km", "kilometre": "km", "m": "m",
-    "meter": "m", "meters": "m", "metre": "m", "metres": "m", "cm": "cm", "mm": "mm",
-    "mi": "mi", "mile": "mi", "miles": "mi", "ft": "ft", "foot": "ft", "feet": "ft",
-    "inch": "in", "inches": "in", "yd": "yd", "yard": "yd", "yards": "yd", "l": "l",
-    "liter": "l", "liters": "l", "litre": "l", "litres": "l", "ml": "ml", "gal": "gal",
-    "gallon": "gal", "gallons": "gal", "b": "b", "byte": "b", "bytes": "b", "bit": "bit",
-    "bits": "bit", "kb": "kb", "mb": "mb", "gb": "gb", "tb": "tb", "pb": "pb", "kib": "kib",
-    "mib": "mib", "gib": "gib", "tib": "tib", "kilobyte": "kb", "megabyte": "mb",
-    "megabytes": "mb", "gigabyte": "gb", "gigabytes": "gb", "terabyte": "tb",
-    "terabytes": "tb", "kbps": "kbps", "mbps": "mbps", "gbps": "gbps", "hz": "hz",
-    "khz": "khz", "mhz": "mhz", "ghz": "ghz", "w": "w", "watt": "w", "watts": "w", "kw": "kw",
-    "mw": "mw", "kwh": "kwh", "v": "v", "volt": "v", "volts": "v", "ms": "ms",
-    "millisecond": "ms", "milliseconds": "ms", "us": "us", "ns": "ns", "s": "s", "sec": "s",
-    "secs": "s", "second": "s", "seconds": "s", "min": "min", "mins": "min", "minute": "min",
-    "minutes": "min", "h": "h", "hr": "h", "hrs": "h", "hour": "h", "hours": "h", "d": "d",
-    "day": "d", "days": "d", "wk": "wk", "wks": "wk", "week": "wk", "weeks": "wk",
-    "mo": "mo", "month": "mo", "months": "mo", "yr": "yr", "yrs": "yr", "year": "yr",
-    "years": "yr", "quarter": "qtr", "quarters": "qtr", "decade": "decade",
-    "decades": "decade", "%": "%", "percent": "%", "pct": "%", "percentage": "%",
-    "°": "deg", "c": "c", "f": "f", "celsius": "c", "fahrenheit": "f", "kelvin": "k",
-    "rpm": "rpm", "qps": "qps", "rps": "rps", "tps": "tps", "k": "k", "x": "x",
-    "am": "am", "pm": "pm", "st": "ord", "nd": "ord", "rd": "ord", "th": "ord",
-    "thousand": "k", "million": "mn", "millions": "mn", "billion": "bn", "billions": "bn",
-    "trillion": "tn", "bn": "bn", "mn": "mn", "token": "tok", "tokens": "tok",
-    "user": "user", "users": "user", "seat": "seat", "seats": "seat", "core": "core",
-    "cores": "core", "vcpu": "vcpu", "vcpus": "vcpu", "gpu": "gpu", "gpus": "gpu",
-    "node": "node", "nodes": "node", "replica": "replica", "replicas": "replica"}
-# Short or ordinary-word units count only right after a number ("5 m", "3 users").
-_BOUND_ONLY = {w for w in _UNIT_CANON if len(w) <= 2 or w in {
-    "user", "users", "seat", "seats", "core", "cores", "node", "nodes", "replica", "replicas",
-    "token", "tokens", "bit", "bits", "sec", "min", "mins", "rand", "us"}}
-_UNITS = {w: f"unit:{c}" for w, c in _UNIT_CANON.items()}
-
-_NUMBER_WORDS = {w: f"n:{i}" for i, w in enumerate("""zero one two three four five six seven
-eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen
-twenty""".split())}
-_NUMBER_WORDS.update({w: f"n:{(i + 3) * 10}" for i, w in enumerate(
-    "thirty forty fifty sixty seventy eighty ninety".split())})
-_NUMBER_WORDS.update({"hundred": "n:100", "dozen": "n:12", "once": "n:x1", "twice": "n:x2",
-                      "double": "n:x2", "triple": "n:x3", "single": "n:x1", "half": "n:0.5",
-                      "quadruple": "n:x4"})
-
-_PLACES = """afghanistan albania algeria argentina armenia australia austria azerbaijan bahrain
-bangladesh belarus belgium bolivia bosnia brazil bulgaria cambodia cameroon canada chad chile
-china colombia croatia cuba cyprus czechia denmark ecuador egypt estonia ethiopia finland france
-georgia germany ghana greece guatemala haiti honduras hungary iceland india indonesia iran iraq
-ireland israel italy jamaica japan jordan kazakhstan kenya korea kuwait laos latvia lebanon
-libya lithuania luxembourg malaysia mali malta mexico moldova monaco mongolia montenegro morocco
-mozambique myanmar nepal netherlands holland nicaragua niger nigeria norway oman pakistan panama
-paraguay peru philippines poland portugal qatar romania russia rwanda senegal serbia singapore
-slovakia slovenia somalia spain sudan sweden switzerland syria taiwan tanzania thailand tunisia
-turkey uganda ukraine uruguay uzbekistan venezuela vietnam yemen zambia zimbabwe england
-scotland wales britain uk usa america europe asia africa oceania antarctica emea apac latam
-alabama alaska arizona arkansas california colorado connecticut delaware florida hawaii idaho
-illinois indiana iowa kansas kentucky louisiana maine maryland massachusetts michigan minnesota
-mississippi missouri montana nebraska nevada ohio oklahoma oregon pennsylvania tennessee texas
-utah vermont virginia washington wisconsin wyoming dakota carolina hampshire jersey york
-quebec ontario alberta manitoba bavaria catalonia
-london paris berlin madrid rome milan munich frankfurt hamburg amsterdam brussels vienna zurich
-geneva stockholm oslo copenhagen helsinki dublin lisbon prague warsaw budapest athens istanbul
-moscow dubai mumbai delhi bangalore bengaluru chennai tokyo osaka seoul beijing shanghai
-shenzhen hongkong taipei manila jakarta bangkok hanoi sydney melbourne brisbane perth auckland
-toronto vancouver montreal ottawa calgary boston chicago denver dallas houston austin phoenix
-seattle portland miami atlanta detroit orlando tampa nashville memphis charlotte baltimore
-philadelphia pittsburgh cleveland cincinnati columbus indianapolis milwaukee minneapolis omaha
-sacramento oakland san francisco diego jose los angeles vegas albuquerque tucson boise
-anchorage honolulu raleigh richmond reno salem buffalo newark lagos nairobi cairo johannesburg
-capetown riyadh doha tehran karachi lima bogota santiago sao paulo rio buenos aires
-north south east west central northeast northwest southeast southwest midwest"""
-
-_VENDORS = """aws amazon azure microsoft google gcp apple meta facebook oracle ibm sap salesforce
-stripe paypal visa mastercard amex shopify slack zoom okta github gitlab atlassian jira
-confluence datadog snowflake databricks twilio openai anthropic mistral cohere nvidia intel amd
-arm qualcomm samsung sony dell hp lenovo cisco vmware redhat ubuntu debian linux windows macos
-ios android chrome firefox safari postgres postgresql mysql redis mongodb kafka kubernetes
-docker terraform ansible jenkins vercel netlify heroku cloudflare akamai fastly dropbox box
-notion asana hubspot zendesk intercom workday servicenow tableau looker excel outlook gmail
-teams sharepoint onedrive iphone ipad pixel galaxy tesla uber lyft airbnb netflix spotify
-walmart target costco ebay alibaba tencent baidu huawei xiaomi
-hipaa gdpr ccpa cpra sox pci dss soc iso nist fips fedramp glba coppa ferpa dora nis lgpd pipeda
-hitrust cmmc itar ear""" 
-
-_NAMED = {w: f"name:{w}" for w in (_PLACES + " " + _VENDORS).split()}
-# Two-word names whose first word is common and whose second is also a standalone name.
-_BIGRAMS = {("new", w) for w in ("york", "jersey", "mexico", "hampshire", "zealand", "delhi",
-                                  "orleans", "england", "south")} | {
-    ("hong", "kong"), ("los", "angeles"), ("san", "francisco"), ("san", "diego"),
-    ("san", "jose"), ("west", "virginia"), ("north", "carolina"), ("south", "carolina"),
-    ("north", "dakota"), ("south", "dakota"), ("north", "korea"), ("south", "korea"),
-    ("south", "africa"), ("united", "states"), ("united", "kingdom"), ("saudi", "arabia")}
-
-LEXICON: dict[str, str] = {**_NAMED, **_DIRECTIONS, **_QUANTIFIERS, **_DATES, **_COMPARISONS,
-                           **_NUMBER_WORDS, **_CURRENCIES, **_UNITS, **_NEGATIONS}
-
-_TOKEN_RE = re.compile(r"""
-    (?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?)                       # 40,277  1,000.50
-  | (?P<word>[^\W_]+(?:'[^\W_]+)*(?:[-_./:@+][^\W_]+(?:'[^\W_]+)*)*)  # words, ids, v2.3, dates
-  | (?P<sym>[$€£¥₹₩₽¢₿₺₪%°])
-""", re.X)
-_NUM_UNIT_RE = re.compile(r"^(\d+(?:\.\d+)?)([a-z%]+)$")
-_DIGIT_RE = re.compile(r"\d")
-_ID_SEP_RE = re.compile(r"(?<=[^\W\d_])[-_](?=\d)|(?<=\d)[-_](?=[^\W\d_])")
-_CONTRACTIONS = ("'s", "'ll", "'re", "'ve", "'d", "'m", "'")
-_SUFFIXES = ("ing", "ed", "es", "s", "d", "ly", "er")
+COMMON_WORDS = _lex.COMMON_WORDS
+LEXICON = _lex.LEXICON
+_FILLERS = _lex.FILLERS
+_TOKEN_RE = TOKEN_RE
+_DIGIT_RE = DIGIT_RE
+_is_common = is_common
+_strip_contraction = strip_contraction
 
 
 def normalise_text(text: str) -> str:
@@ -220,100 +41,31 @@ def normalise_text(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-@lru_cache(maxsize=65536)
-def _lemma_candidates(word: str) -> tuple[str, ...]:
-    out = [word]
-    for suf in _SUFFIXES:
-        if word.endswith(suf) and len(word) - len(suf) >= 3:
-            base = word[: -len(suf)]
-            out += [base, base + "e"]
-            if len(base) >= 4 and base[-1] == base[-2]:  # stopped -> stop
-                out.append(base[:-1])
-            if base.endswith("i"):  # studies -> study
-                out.append(base[:-1] + "y")
-    return tuple(out)
-
-
-def _lookup(word: str) -> str | None:
-    for cand in _lemma_candidates(word):
-        hit = LEXICON.get(cand)
-        if hit is not None:
-            return hit
-    return None
-
-
-def _is_common(word: str) -> bool:
-    return any(c in COMMON_WORDS for c in _lemma_candidates(word))
-
-
-def _word_items(word: str, prev_was_number: bool) -> list[str]:
-    """Entity items for one alphabetic (digit-free) token."""
-    if word.endswith("n't"):
-        return ["neg:not"]
-    hit = LEXICON.get(word) or (_lookup(word) if len(word) > 3 else None)
-    if hit is not None and hit.startswith("unit:") and word in _BOUND_ONLY and not prev_was_number:
-        hit = None
-    if hit is not None:
-        return [hit]
-    return [] if _is_common(word) else [f"name:{word}"]
-
-
-def _strip_contraction(word: str) -> str:
-    if word.endswith("n't") or "'" not in word:
-        return word
-    for suf in _CONTRACTIONS:
-        if word.endswith(suf):
-            return word[: -len(suf)]
-    return word
-
-
-def _number_items(tok: str) -> list[str]:
-    tok = _ID_SEP_RE.sub("", tok.replace(",", ""))
-    m = _NUM_UNIT_RE.match(tok)
-    if m and m.group(2) in _UNIT_CANON:
-        return [f"n:{m.group(1)}", f"unit:{_UNIT_CANON[m.group(2)]}"]
-    return [f"n:{tok}"]
-
-
-def _items(norm: str) -> list[str]:
-    items: list[str] = []
-    toks = [(m.lastgroup, m.group()) for m in _TOKEN_RE.finditer(norm)]
-    prev_number = False
-    prev_word = ""
-    for kind, tok in toks:
-        if kind == "sym":
-            items.append(LEXICON.get(tok, f"sym:{tok}"))
-            prev_number = False
-            continue
-        tok = _strip_contraction(tok)
-        if not tok:
-            continue
-        if kind == "num" or _DIGIT_RE.search(tok):
-            items.extend(_number_items(tok))
-            prev_number, prev_word = True, ""
-            continue
-        if "@" in tok or "." in tok or "/" in tok or ":" in tok:
-            items.append(f"name:{tok}")  # domains, emails, paths: keep whole
-            prev_number, prev_word = False, ""
-            continue
-        parts = [p for p in re.split(r"[-_+]", tok) if p]
-        for part in parts:
-            if (prev_word, part) in _BIGRAMS:
-                items.append(f"name:{prev_word} {part}")
-            items.extend(_word_items(part, prev_number))
-            prev_number = False
-            prev_word = part
-    return items
+@lru_cache(maxsize=512)
+def _analysed(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    items, roles, order = analyse(normalise_text(text))
+    return tuple(sorted(items)), tuple(sorted(roles)), tuple(dict.fromkeys(order))
 
 
 def entity_signature(text: str) -> tuple[str, ...]:
     """Sorted multiset of normalised entity items, e.g. ``('cur:usd', 'n:40277', 'name:soylent')``."""
-    return tuple(sorted(_items(normalise_text(text))))
+    return _analysed(text)[0]
+
+
+def entity_roles(text: str) -> tuple[str, ...]:
+    """Sorted role items: entities tagged with their preposition (``'to>cur:eur'``) and the
+    order of the entities outside any phrase (``'seq:name:alice>name:bob'``)."""
+    return _analysed(text)[1]
 
 
 def entity_signature_hash(text: str) -> str:
-    sig = entity_signature(text)
-    return hashlib.sha256("\x1f".join(sig).encode()).hexdigest()[:32]
+    """Hash of the entities and their roles: what must match exactly before any vector math."""
+    items, roles, _ = _analysed(text)
+    return hashlib.sha256("\x1f".join((*items, "\x1e", *roles)).encode()).hexdigest()[:32]
+
+
+_NOT_CONTENT = frozenset(LEXICON) | frozenset(_lex.UNIT_CANON) | frozenset(_lex.NUMBER_WORDS) \
+    | frozenset(_lex.MAGNITUDES) | frozenset(_lex.ORDINAL_WORDS) | frozenset(_lex.MONTHS)
 
 
 _CASE_TOKEN = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
@@ -351,7 +103,8 @@ def cased_names(text: str) -> frozenset[str] | None:
             continue
         capital_mid += 1
         for part in re.split(r"[-_./]", _strip_contraction(tok.casefold())):
-            if part and part != "i" and _is_common(part) and part not in _FILLERS:
+            if part and part != "i" and _is_common(part) and part not in _FILLERS \
+                    and part not in _NOT_CONTENT:  # months, units...: the signature has them
                 found.add(part)
     if capital_mid == 0 or capital_mid * 2 > mid:
         return None
@@ -382,7 +135,7 @@ def content_words(text: str) -> frozenset[str]:
         if _DIGIT_RE.search(tok) or tok.endswith("n't"):
             continue
         for part in re.split(r"[-_./:@+]", tok):
-            if len(part) < 2 or part in _STOPWORDS or part in LEXICON or not _is_common(part):
+            if len(part) < 2 or part in _STOPWORDS or part in _NOT_CONTENT or not _is_common(part):
                 continue
             if len(part) > 3 and part.endswith("s") and not part.endswith("ss"):
                 part = part[:-1]
@@ -395,30 +148,88 @@ def content_compatible(a: frozenset[str], b: frozenset[str]) -> bool:
     return not (a - b) or not (b - a)
 
 
+def content_order(text: str) -> tuple[str, ...]:
+    """Plain content words outside prepositional phrases, in order, each once: who does
+    what to whom when no named thing says it ("does the dog chase the cat")."""
+    return _analysed(text)[2]
+
+
+def content_order_agrees(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
+    """The words both sides have come in the same order (added words are fine)."""
+    if a is None or b is None:
+        return True
+    shared = set(a) & set(b)
+    return [w for w in a if w in shared] == [w for w in b if w in shared]
+
+
+_DATA_UNIT = re.compile(r"(?<![^\W\d_])([kmgtpe]i?)(b)(ps|/s|it|its|yte|ytes)?(?![^\W\d_])",
+                        re.I)
+
+
+def cased_units(text: str) -> tuple[tuple[str, str], ...] | None:
+    """Data-size units in order, each (folded unit, "bit" | "byte" | "?"): "Mb"/"Mbps" are
+    bits, "MB"/"MBps" bytes, "mb" says nothing. None when the rest of the text is shouted
+    (mostly capitals), where the casing of a unit says nothing either."""
+    text = unicodedata.normalize("NFKC", text or "")
+    found, spans = [], []
+    for m in _DATA_UNIT.finditer(text):
+        prefix, b, tail = m.group(1), m.group(2), m.group(3) or ""
+        if tail[:1].lower() == "i" or tail[:1].lower() == "y":  # "Mbit", "Mbyte": spelt out
+            continue
+        kind = "byte" if b == "B" else "bit" if any(c.isupper() for c in prefix) else "?"
+        found.append(((prefix + b + tail).casefold(), kind))
+        spans.append(m.span())
+    if not found:
+        return ()
+    rest = "".join(c for i, c in enumerate(text) if not any(a <= i < z for a, z in spans))
+    upper = sum(c.isupper() for c in rest)
+    if upper >= 4 and upper * 2 > sum(c.isalpha() for c in rest):
+        return None
+    return tuple(found)
+
+
+def cased_units_agree(a: tuple | None, b: tuple | None) -> bool:
+    if a is None or b is None:
+        return True
+    if len(a) != len(b):
+        return False
+    return all(ua == ub and (ka == kb or "?" in (ka, kb)) for (ua, ka), (ub, kb) in zip(a, b))
+
+
 @dataclass(frozen=True)
 class EntityProfile:
     """What the semantic cache keeps about a prompt besides its embedding."""
     signature_hash: str
     cased: frozenset[str] | None
     content: frozenset[str]
+    units: tuple[tuple[str, str], ...] | None = None
+    order: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict:
         return {"sig": self.signature_hash,
                 "cased": None if self.cased is None else sorted(self.cased),
-                "content": sorted(self.content)}
+                "content": sorted(self.content),
+                "units": None if self.units is None else [list(u) for u in self.units],
+                "order": None if self.order is None else list(self.order)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "EntityProfile":
-        cased = d.get("cased")
+        cased, units, order = d.get("cased"), d.get("units"), d.get("order")
         return cls(d["sig"], None if cased is None else frozenset(cased),
-                   frozenset(d.get("content") or ()))
+                   frozenset(d.get("content") or ()),
+                   None if units is None else tuple(tuple(u) for u in units),
+                   None if order is None else tuple(order))
 
 
 def entity_profile(text: str) -> EntityProfile:
-    return EntityProfile(entity_signature_hash(text), cased_names(text), content_words(text))
+    return EntityProfile(entity_signature_hash(text), cased_names(text), content_words(text),
+                         cased_units(text), content_order(text))
 
 
 def profiles_compatible(a: EntityProfile, b: EntityProfile) -> bool:
-    """The whole guard: same signature, casing does not contradict, no content-word swap."""
+    """The whole guard: same signature (entities and roles), casing of names and data units
+    does not contradict, no content-word swap, shared content words in the same order."""
     return (a.signature_hash == b.signature_hash and cased_names_agree(a.cased, b.cased)
-            and content_compatible(a.content, b.content))
+            and cased_units_agree(a.units, b.units)
+            and content_compatible(a.content, b.content)
+            and content_order_agrees(a.order, b.order))

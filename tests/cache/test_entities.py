@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.entities import (content_compatible, content_words, entity_profile,
-                               entity_signature, entity_signature_hash, profiles_compatible)
+from app.core.entities import (cased_units, content_compatible, content_order, content_words,
+                               entity_profile, entity_roles, entity_signature,
+                               entity_signature_hash, profiles_compatible)
 
 
 def same(a: str, b: str) -> bool:
@@ -148,3 +149,207 @@ def test_changes_when_a_digit_changes(prefix, digit, delta, suffix):
     a = f"{prefix}{digit}{suffix}"
     b = f"{prefix}{(digit + delta) % 10}{suffix}"
     assert entity_signature_hash(a) != entity_signature_hash(b)
+
+
+# ---- negations typed without the apostrophe ------------------------------------------------
+
+NO_APOSTROPHE = [("cant", "can"), ("dont", "do"), ("isnt", "is"), ("wont", "will"),
+                 ("doesnt", "does"), ("didnt", "did"), ("shouldnt", "should"),
+                 ("wouldnt", "would"), ("arent", "are"), ("wasnt", "was"), ("havent", "have"),
+                 ("hasnt", "has"), ("couldnt", "could"), ("werent", "were"), ("mustnt", "must"),
+                 ("hadnt", "had"), ("neednt", "need")]
+
+
+@pytest.mark.parametrize("neg,pos", NO_APOSTROPHE)
+def test_negation_without_apostrophe_is_a_negation(neg, pos):
+    a, b = f"The export {pos} include archived projects", f"The export {neg} include archived projects"
+    assert not same(a, b), (entity_signature(a), entity_signature(b))
+    apostrophe = f"The export {neg[:-1]}'t include archived projects"
+    if neg == "wont":
+        apostrophe = "The export won't include archived projects"
+    if neg == "cant":
+        apostrophe = "The export can't include archived projects"
+    assert entity_signature(apostrophe) == entity_signature(b)
+
+
+@pytest.mark.parametrize("text", ["I can't log in", "I cant log in", "I cannot log in",
+                                  "I can not log in", "i CANT log in"])
+def test_every_spelling_of_cannot_is_the_same(text):
+    assert same("I can't log in", text)
+
+
+# ---- order and roles -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b", [
+    ("Convert 100 USD to EUR", "Convert 100 EUR to USD"),
+    ("Book a flight from Boston to Denver", "Book a flight from Denver to Boston"),
+    ("Did Alice pay Bob?", "Did Bob pay Alice?"),
+    ("Is plan A more expensive than plan B?", "Is plan B more expensive than plan A?"),
+    ("Promote the build from staging to prod", "Promote the build from prod to staging"),
+    ("Copy the data from staging to prod", "Copy the data from prod to staging"),
+    ("Is Texas bigger than Ohio?", "Is Ohio bigger than Texas?"),
+    ("Replace Okta with Azure", "Replace Azure with Okta"),
+    ("Move 5 users from plan A to plan B", "Move 5 users from plan B to plan A"),
+    ("Subtract 3 from 10", "Subtract 10 from 3"),
+    ("Divide 10 by 2", "Divide 2 by 10"),
+    ("Is 5 greater than 3?", "Is 3 greater than 5?"),
+    ("Translate the page from English to German", "Translate the page from German to English"),
+    ("Migrate users from MySQL to Postgres", "Migrate users from Postgres to MySQL"),
+    ("Alice sent Bob 5 dollars", "Bob sent Alice 5 dollars"),
+    ("Route traffic from us-east-1 to eu-west-1", "Route traffic from eu-west-1 to us-east-1"),
+    ("Send Alice's report to Bob", "Send Bob's report to Alice"),
+    ("Does the dog chase the cat?", "Does the cat chase the dog?"),
+    ("Should the client pay the vendor?", "Should the vendor pay the client?"),
+    ("Ship to Denver", "Ship from Denver"),
+])
+def test_swapped_roles_are_told_apart(a, b):
+    assert not same(a, b), (entity_roles(a), entity_roles(b), content_order(a), content_order(b))
+
+
+@pytest.mark.parametrize("a,b", [
+    ("In Nevada, what is the sales tax rate for Acme?", "What is the sales tax rate for Acme in Nevada?"),
+    ("On Tuesday, did Alice pay Bob?", "Did Alice pay Bob on Tuesday?"),
+    ("For order ORD-12, what was the refund to Visa?", "What was the refund to Visa for order ORD-12?"),
+    ("For part P-7731, what is the stock level at the Reno warehouse?",
+     "What is the stock level at the Reno warehouse for part P-7731?"),
+    ("What is the price of SKU-1 in Texas and Ohio?", "What is the price of SKU-1 in Ohio and Texas?"),
+    ("Compare latency and throughput", "Compare throughput and latency"),
+    ("Which is faster, Redis or Postgres?", "Which is faster, Postgres or Redis?"),
+    ("With HIPAA, is our data residency compliant?", "Is our data residency compliant with HIPAA?"),
+])
+def test_moving_a_phrase_or_a_coordinated_list_keeps_the_guard(a, b):
+    assert same(a, b), (entity_roles(a), entity_roles(b), content_order(a), content_order(b))
+
+
+NAMES = ["Alice", "Bob", "Priya", "Tomasz", "Denver", "Boston", "Okta", "Azure", "Hooli",
+         "Globex", "SKU-4821", "ORD-77", "EUR", "USD", "GBP", "Snowflake", "Databricks"]
+FRAMES = ["Move the account from {x} to {y}", "Did {x} approve {y}?", "Is {x} cheaper than {y}?",
+          "Transfer 5 seats from {x} to {y}", "Replace {x} with {y} in the config",
+          "Does {x} depend on {y}?", "Sync {x} into {y} nightly"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(NAMES), st.sampled_from(NAMES), st.sampled_from(FRAMES))
+def test_any_role_swap_changes_the_signature(x, y, frame):
+    if x.casefold() == y.casefold():
+        return
+    assert entity_signature_hash(frame.format(x=x, y=y)) != entity_signature_hash(frame.format(x=y, y=x))
+
+
+PHRASES = ["in {x}", "for {x}", "at the {x} office", "on {x}", "with {x}"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(NAMES), st.sampled_from(NAMES), st.sampled_from(PHRASES),
+       st.sampled_from(["what is the stock level of {y}", "summarize the notes of {y}",
+                        "did {y} ship the order", "is {y} compliant"]))
+def test_fronting_a_phrase_keeps_the_signature(x, y, phrase, clause):
+    front = f"{phrase.format(x=x).capitalize()}, {clause.format(y=y)}?"
+    back = f"{clause.format(y=y).capitalize()} {phrase.format(x=x)}?"
+    assert same(front, back), (entity_roles(front), entity_roles(back))
+
+
+def test_role_examples():
+    assert entity_roles("Convert 100 USD to EUR") == ("to>cur:eur",)
+    assert entity_roles("Did Alice pay Bob?") == ("seq:name:alice>name:bob",)
+    assert entity_roles("Did Alice and Bob pay Carol?") == ("seq:name:alice+name:bob>name:carol",)
+    assert entity_roles("Deploy from staging to prod") == ("from>^staging", "to>^prod")
+    assert entity_roles("Is plan A more expensive than plan B?") == ("than>name:b",)
+
+
+# ---- casing of data units ------------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b", [("The link is 10 Mb", "The link is 10 MB"),
+                                 ("Bandwidth is capped at 100 Mbps", "Bandwidth is capped at 100 MBps"),
+                                 ("Copy at 5 Gb/s", "Copy at 5 GB/s"), ("A 64 kB page", "A 64 Kb page")])
+def test_bits_and_bytes_differ_by_case(a, b):
+    assert entity_signature(a) == entity_signature(b)  # folded alike ...
+    assert not same(a, b)                               # ... told apart by the casing check
+
+
+@pytest.mark.parametrize("a,b", [("Limit uploads to 25 MB", "limit uploads to 25 mb"),
+                                 ("Limit uploads to 25 MB", "LIMIT UPLOADS TO 25 MB"),
+                                 ("Limit uploads to 25 Mb", "LIMIT UPLOADS TO 25 MB"),
+                                 ("Bandwidth is 100 Mbps", "bandwidth is 100 mbps")])
+def test_unit_casing_that_says_nothing_never_rejects(a, b):
+    assert same(a, b), (cased_units(a), cased_units(b))
+
+
+def test_cased_units_reads_bits_bytes_and_unknown():
+    assert cased_units("Disk 10 MB, link 10 Mbps, cache 4 mb") == (
+        ("mb", "byte"), ("mbps", "bit"), ("mb", "?"))
+    assert cased_units("No units here") == ()
+    assert cased_units("DISK IS FULL AT 10 MB") is None
+
+
+# ---- function words --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a,b", [
+    ("When is the deadline?", "Where is the deadline?"),
+    ("Why did the job fail?", "How did the job fail?"),
+    ("Who approved the refund?", "Which approved the refund?"),
+    ("When was the contract signed?", "Why was the contract signed?"),
+    ("Reset his password", "Reset her password"),
+    ("Reset my password", "Reset your password"),
+    ("Email our team", "Email their team"),
+    ("Ship apples and oranges", "Ship apples or oranges"),
+    ("Can I delete the account?", "Should I delete the account?"),
+    ("Can I delete the account?", "Can they delete the account?"),
+])
+def test_function_words_that_change_the_question(a, b):
+    assert not same(a, b), (entity_signature(a), entity_signature(b))
+
+
+@pytest.mark.parametrize("a,b", [
+    ("How do I reset my password?", "Can you tell me how do I reset my password?"),
+    ("Summarize ticket T-1 for Hooli", "Could you summarize ticket T-1 for Hooli?"),
+    ("What meetings do I have on Tuesday?", "Good morning! What meetings do I have on Tuesday?"),
+    ("Export the logs for ORD-9", "Export the logs for ORD-9, thanks in advance"),
+    ("Can I delete the account?", "Could I delete the account?"),
+])
+def test_request_frames_and_pleasantries_are_ignored(a, b):
+    assert same(a, b), (entity_signature(a), entity_signature(b), entity_roles(a), entity_roles(b))
+
+
+# ---- one number, one date, however written ---------------------------------------------------
+
+@pytest.mark.parametrize("a,b", [
+    ("Wait 21 days", "Wait twenty-one days"), ("Wait 21 days", "Wait twenty one days"),
+    ("Keep 105 replicas", "Keep one hundred and five replicas"),
+    ("Budget is $5M", "Budget is $5 million"), ("Budget is $5M", "Budget is 5 million dollars"),
+    ("Budget is $5M", "Budget is $5,000,000"), ("Budget is €2.5bn", "Budget is 2.5 billion euros"),
+    ("Refund $5,000", "Refund $5000.00"), ("Refund $5,000", "Refund 5000 USD"),
+    ("Refund €12.50 to the card", "Refund 12.5 EUR to the card"),
+    ("Invite 5k users", "Invite 5,000 users"), ("Invite 5k users", "Invite five thousand users"),
+    ("Sales on March 3rd", "Sales on 3 March"), ("Sales on March 3rd", "Sales on the 3rd of March"),
+    ("Sales on Mar 3", "Sales on March 3"), ("Due 2026-03-03", "Due March 3, 2026"),
+    ("Due 2026-03-03", "Due 3rd March 2026"), ("Show the first page", "Show the 1st page"),
+])
+def test_the_same_number_or_date_written_differently(a, b):
+    assert entity_signature(a) == entity_signature(b), (entity_signature(a), entity_signature(b))
+    assert same(a, b)
+
+
+@pytest.mark.parametrize("a,b", [
+    ("Budget is $5M", "Budget is $5"), ("The cable is 5m long", "The budget is $5m"),
+    ("Sales on March 3", "Sales on March 13"), ("Sales on March 3rd", "Sales on April 3rd"),
+    ("Wait 21 days", "Wait twenty days"), ("Upgrade to 3.10", "Upgrade to 3.1"),
+    ("Refund $5.10", "Refund $5.01"), ("Is plan A cheaper?", "Is plan C cheaper?"),
+    ("Does vitamin D help?", "Does vitamin C help?"), ("Store it at 4 °C", "Store it at 4 °F"),
+    ("Due 2026-03-03", "Due 2026-03-04"), ("Show the second page", "Show the third page"),
+])
+def test_different_numbers_stay_different(a, b):
+    assert not same(a, b), (entity_signature(a), entity_signature(b))
+
+
+def test_number_and_date_examples():
+    assert entity_signature("$5M") == ("cur:usd", "n:5000000")
+    assert entity_signature("5m cable") == ("n:5", "unit:m")       # metres, no money about
+    assert entity_signature("twenty-one") == ("n:21",)
+    assert entity_signature("the 3rd of March, 2026") == ("date:2026-3-3",)
+    assert entity_signature("account 000123456") == ("n:000123456",)  # leading zeros kept
+
+
+def test_an_article_is_not_a_label():
+    assert "name:a" not in entity_signature("Is plan a good idea?")
+    assert "name:a" in entity_signature("Is plan a cheaper than plan b?")
