@@ -17,7 +17,9 @@ Layout (all under ``<namespace>:cache``):
 
 Qdrant is the durable copy of the semantic index (write-through, payload filter on the
 composite key); it serves lookups only when Redis is unreachable. Every public method catches
-and logs: an outage is a miss, never an error.
+and logs: an outage is a miss, never an error. A circuit breaker keeps an outage cheap: after
+Redis fails to answer, lookups and stores skip it for a pause (``breaker_s``, doubling up to
+``BREAKER_MAX_S`` while it stays down) instead of paying a connect timeout per request.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from app.cache.keys import CacheKey
 from app.cache.mirror import BucketMirror
@@ -40,6 +44,8 @@ log = logging.getLogger(__name__)
 BUCKET_CAP = 20_000         # entries per semantic bucket in Redis (oldest dropped beyond)
 EXPIRED_SWEEP = 32          # expired entries a store removes from its bucket, at most
 VERIFY_BATCH = 8            # candidates confirmed per Redis round trip
+BREAKER_MAX_S = 30.0        # longest pause before Redis is tried again
+_REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 # Adds one entry to a bucket atomically: the sequence number and the zset agree, so a
 # mirror that read sequence n has seen every entry up to n. Sweeps expired entries and
@@ -62,9 +68,16 @@ if over > 0 then
   end
 end
 for i = 1, 4 do
-  redis.call('EXPIRE', KEYS[i], ARGV[5], 'GT'); redis.call('EXPIRE', KEYS[i], ARGV[5], 'NX')
+  if redis.call('TTL', KEYS[i]) < tonumber(ARGV[5]) then redis.call('EXPIRE', KEYS[i], ARGV[5]) end
 end
 return n
+"""
+# Extends each key's TTL to at least ARGV[1] seconds, never shortens it (EXPIRE GT/NX need
+# Redis 7). KEYS: the keys.
+_EXTEND_LUA = """
+for _, k in ipairs(KEYS) do
+  if redis.call('TTL', k) < tonumber(ARGV[1]) then redis.call('EXPIRE', k, ARGV[1]) end
+end
 """
 COLLECTION = "sluice_semantic_cache"
 
@@ -87,11 +100,33 @@ class CacheStore:
     _qdrant: Any = field(default=None, repr=False)
     _qdrant_failed: bool = field(default=False, repr=False)
     bucket_cap: int = BUCKET_CAP
+    breaker_s: float = 1.0
+    _down_until: float = field(default=0.0, repr=False)
+    _pause: float = field(default=0.0, repr=False)
     mirror: BucketMirror = field(default_factory=BucketMirror, repr=False)
     _add: Any = field(default=None, repr=False)
+    _extend: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._add = self.redis.register_script(_ADD_LUA)
+        self._extend = self.redis.register_script(_EXTEND_LUA)
+
+    # ---- circuit breaker ----------------------------------------------------------------
+    def redis_available(self) -> bool:
+        """False while the breaker is open (Redis failed recently): skip it."""
+        return time.monotonic() >= self._down_until
+
+    def _redis_failed(self, what: str) -> None:
+        first = self._pause == 0.0
+        self._pause = min(BREAKER_MAX_S, self._pause * 2 if self._pause else self.breaker_s)
+        self._down_until = time.monotonic() + self._pause
+        log.warning("cache %s: Redis unreachable; skipping it for %.1f s", what, self._pause,
+                    exc_info=first)
+
+    def _redis_ok(self) -> None:
+        if self._pause:
+            log.info("cache: Redis reachable again")
+            self._pause = 0.0
 
     # ---- keys -------------------------------------------------------------------------
     def _k(self, *parts: object) -> str:
@@ -130,22 +165,31 @@ class CacheStore:
         """Exact hit first (unless ``exact`` is False: the caller just looked); then the best
         semantic candidate in the key's bucket whose entity guard agrees and whose cosine is
         >= ``threshold``."""
-        try:
-            raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash)) if exact else None
-            if raw is not None:
-                entry = json.loads(raw)
-                return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
-                                entry.get("created", 0.0))
-            if embedding is None:
-                return None
-            return self._semantic_redis(key, embedding, threshold)
-        except Exception:
-            log.warning("cache lookup failed (Redis); trying Qdrant", exc_info=True)
+        if self.redis_available():
+            try:
+                hit = self._lookup_redis(key, embedding, threshold, exact)
+                self._redis_ok()
+                return hit
+            except _REDIS_DOWN:
+                self._redis_failed("lookup")
+            except Exception:
+                log.warning("cache lookup failed (Redis); trying Qdrant", exc_info=True)
         try:
             return self._semantic_qdrant(key, embedding, threshold) if embedding is not None else None
         except Exception:
             log.warning("cache lookup failed (Qdrant); treating as a miss", exc_info=True)
             return None
+
+    def _lookup_redis(self, key: CacheKey, embedding: np.ndarray | None, threshold: float,
+                      exact: bool) -> CacheHit | None:
+        raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash)) if exact else None
+        if raw is not None:
+            entry = json.loads(raw)
+            return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
+                            entry.get("created", 0.0))
+        if embedding is None:
+            return None
+        return self._semantic_redis(key, embedding, threshold)
 
     def _semantic_redis(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
         copy = self.mirror.sync(self.redis, self._k("b", key.tenant_id, key.composite), _unpack)
@@ -193,35 +237,42 @@ class CacheStore:
         if ttl_s <= 0:
             return False
         now = time.time()
-        xkey = self._k("x", key.tenant_id, key.exact_hash)
-        bucket = self._k("b", key.tenant_id, key.composite)
         entry = {"response": response, "request_id": request_id, "created": now,
                  "workflow": workflow or ""}
         ok = False
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.set(xkey, json.dumps(entry, separators=(",", ":")), ex=ttl_s)
-            pipe.set(self._k("r", request_id), json.dumps({"x": xkey, "b": bucket}), ex=ttl_s)
-            index_keys = [self._k("t", key.tenant_id)]
-            if workflow:
-                index_keys.append(self._k("w", key.tenant_id, workflow))
-            for ik in index_keys:
-                pipe.sadd(ik, request_id)
-                pipe.expire(ik, ttl_s, gt=True)
-                pipe.expire(ik, ttl_s, nx=True)
-            if embedding is not None:
-                meta = {"x": xkey, "exp": now + ttl_s, "created": now,
-                        "profile": key.profile.to_dict()}
-                self._add(keys=[bucket, f"{bucket}:v", f"{bucket}:s", f"{bucket}:e"],
-                          args=[request_id, _pack(meta, embedding), now + ttl_s, now, ttl_s,
-                                self.bucket_cap, uuid.uuid4().hex, EXPIRED_SWEEP], client=pipe)
-            pipe.execute()
-            ok = True
-        except Exception:
-            log.warning("cache store failed (Redis)", exc_info=True)
+        if self.redis_available():
+            try:
+                self._store_redis(key, embedding, entry, request_id, ttl_s, workflow, now)
+                self._redis_ok()
+                ok = True
+            except _REDIS_DOWN:
+                self._redis_failed("store")
+            except Exception:
+                log.warning("cache store failed (Redis)", exc_info=True)
         if embedding is not None:
             self._store_qdrant(key, embedding, entry, now + ttl_s, workflow)
         return ok
+
+    def _store_redis(self, key: CacheKey, embedding: np.ndarray | None, entry: dict,
+                     request_id: str, ttl_s: int, workflow: str | None, now: float) -> None:
+        xkey = self._k("x", key.tenant_id, key.exact_hash)
+        bucket = self._k("b", key.tenant_id, key.composite)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(xkey, json.dumps(entry, separators=(",", ":")), ex=ttl_s)
+        pipe.set(self._k("r", request_id), json.dumps({"x": xkey, "b": bucket}), ex=ttl_s)
+        index_keys = [self._k("t", key.tenant_id)]
+        if workflow:
+            index_keys.append(self._k("w", key.tenant_id, workflow))
+        for ik in index_keys:
+            pipe.sadd(ik, request_id)
+        self._extend(keys=index_keys, args=[ttl_s], client=pipe)
+        if embedding is not None:
+            meta = {"x": xkey, "exp": now + ttl_s, "created": now,
+                    "profile": key.profile.to_dict()}
+            self._add(keys=[bucket, f"{bucket}:v", f"{bucket}:s", f"{bucket}:e"],
+                      args=[request_id, _pack(meta, embedding), now + ttl_s, now, ttl_s,
+                            self.bucket_cap, uuid.uuid4().hex, EXPIRED_SWEEP], client=pipe)
+        pipe.execute()
 
     def _store_qdrant(self, key: CacheKey, embedding: np.ndarray, entry: dict, exp: float,
                       workflow: str | None) -> None:
@@ -242,17 +293,21 @@ class CacheStore:
     def evict(self, request_id: str) -> bool:
         """Drop the entry that answered ``request_id`` (feedback "fail" on a served hit)."""
         found = False
-        try:
-            raw = self.redis.get(self._k("r", request_id))
-            if raw is not None:
-                loc = json.loads(raw)
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.delete(loc["x"], self._k("r", request_id))
-                _unlink(pipe, loc["b"], request_id)
-                pipe.execute()
-                found = True
-        except Exception:
-            log.warning("cache evict failed (Redis)", exc_info=True)
+        if self.redis_available():
+            try:
+                raw = self.redis.get(self._k("r", request_id))
+                if raw is not None:
+                    loc = json.loads(raw)
+                    pipe = self.redis.pipeline(transaction=False)
+                    pipe.delete(loc["x"], self._k("r", request_id))
+                    _unlink(pipe, loc["b"], request_id)
+                    pipe.execute()
+                    found = True
+                self._redis_ok()
+            except _REDIS_DOWN:
+                self._redis_failed("evict")
+            except Exception:
+                log.warning("cache evict failed (Redis)", exc_info=True)
         self._qdrant_delete("request_id", request_id)
         return found
 

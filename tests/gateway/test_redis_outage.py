@@ -84,3 +84,50 @@ def test_gateway_survives_redis_outage(app, gateway, fake_replicas, frontier, pr
         assert httpx.get(gw.url + "/healthz").json()["ledger_backlog"] == 0
     finally:
         gw.stop()
+
+
+def test_cacheable_request_during_redis_outage_is_served_as_a_miss(
+        app, gateway, fake_replicas, frontier, private_redis, tmp_path):
+    """temperature 0 runs the cache probe and the background store: with Redis gone both
+    fail, and the request is still answered (streamed and not), as a miss."""
+    port, procs, _ = private_redis
+    world = make_world(app, gateway, [fake_replicas[0].url], frontier.url)
+    ns = "outage-cache"
+    r = redis.Redis(port=port)
+    snap = {**build_snapshot(), "version": 1}
+    r.set(f"{ns}:snapshot:data", json.dumps(snap))
+    r.set(f"{ns}:snapshot:version", 1)
+    gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1,
+                                       "QDRANT_PATH": "",  # Redis is the only cache store
+                                       "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool")}),
+                log_dir=tmp_path)
+    try:
+        auth = {"authorization": f"Bearer {world.key}"}
+        body = {"model": "tier-1", "temperature": 0,
+                "messages": [{"role": "user", "content": "cache me if you can"}]}
+        url = gw.url + "/v1/chat/completions"
+        first = httpx.post(url, json=body, headers=auth, timeout=30)
+        assert first.status_code == 200 and first.headers["x-sluice-cache"] == "miss"
+        wait_for(lambda: r.scard(f"{ns}:cache:t:{world.tenant.id}") == 1, what="answer cached")
+        assert httpx.post(url, json=body, headers=auth, timeout=30).headers["x-sluice-cache"] \
+            == "exact"  # the request is cacheable, and the cache works while Redis is up
+        procs[0].kill()
+        procs[0].wait(10)
+        wait_for(lambda: httpx.get(gw.url + "/healthz").json()["redis"] is False,
+                 what="gateway to notice")
+        for _ in range(3):
+            resp = httpx.post(url, json=body, headers=auth, timeout=30)
+            assert resp.status_code == 200, resp.text
+            assert resp.headers["x-sluice-cache"] == "miss"
+            assert resp.json()["choices"][0]["message"]["content"] == "Echo: cache me if you can"
+        with httpx.stream("POST", url, json={**body, "stream": True}, headers=auth,
+                          timeout=30) as streamed:
+            assert streamed.status_code == 200 and streamed.headers["x-sluice-cache"] == "miss"
+            lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        text = "".join((json.loads(line[6:])["choices"] or [{}])[0].get("delta", {}).get(
+            "content") or "" for line in lines[:-1])
+        assert text == "Echo: cache me if you can"
+    finally:
+        gw.stop()

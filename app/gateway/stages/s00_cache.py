@@ -39,10 +39,15 @@ class GatewayCache:
             with self._lock:
                 if self._store is None:
                     import redis
+                    from redis.backoff import NoBackoff
+                    from redis.retry import Retry
 
                     from app.cache.store import CacheStore
+                    # No retries: a cache that does not answer at once is a miss, and the
+                    # store's circuit breaker skips Redis until it is back.
                     client = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
-                                                  socket_connect_timeout=1.0)
+                                                  socket_connect_timeout=1.0,
+                                                  retry=Retry(NoBackoff(), 0))
                     self._store = CacheStore(client, self.config.get("REDIS_NAMESPACE", "sluice"),
                                              qdrant_url=self.config.get("QDRANT_URL") or "",
                                              qdrant_path=self.config.get("QDRANT_PATH") or "")
