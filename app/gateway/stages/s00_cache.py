@@ -115,6 +115,8 @@ async def run(ctx: RequestContext) -> str:
     ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
                                   "similarity": round(hit.similarity, 5)}
     await ctx.gw.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
+    if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
+        return "RESPOND"
     try:
         await ctx.gw.redis.set(cache.served_key(ctx.request_id), hit.request_id,
                                ex=SERVED_TTL_S)
