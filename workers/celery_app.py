@@ -42,7 +42,7 @@ def celery_init_app(app: Flask) -> Celery:
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
         },
         "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.router",
-                    "workers.tasks.pools", "workers.tasks.finops"],
+                    "workers.tasks.pools", "workers.tasks.finops", "workers.tasks.drills"],
     }
     settings.update(app.config.get("CELERY") or {})
     celery = Celery(app.name, task_cls=FlaskTask)

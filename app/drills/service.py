@@ -1,10 +1,22 @@
-"""Recording drill runs. The drills themselves live with their areas (cache, routing, router)."""
+"""Recording drill runs, and starting the long drills from the console as Celery tasks.
+The drills themselves live with their areas (cache, routing, router).
+
+A drill that calls the gateway needs a tenant API key. It never goes into the task's
+message (brokers and worker logs keep those): the console puts it in Redis for
+``SECRET_TTL_S`` under a random reference, and the task takes it out once."""
 from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from flask import current_app
 
 from app.drills.models import DRILL_KINDS, DrillRun
 from app.errors import ValidationError
 from app.extensions import db
 from app.models_base import utcnow
+
+SECRET_TTL_S = 600
 
 
 def start_run(kind: str, params: dict, actor=None) -> DrillRun:
@@ -29,3 +41,82 @@ def list_runs(kind: str | None = None, limit: int = 50) -> list[DrillRun]:
     if kind:
         q = q.where(DrillRun.kind == kind)
     return list(db.session.scalars(q))
+
+
+def _secret_key(ref: str) -> str:
+    from app.redis_client import keys
+    return keys().k("drill", "secret", ref)
+
+
+def stash_secret(value: str) -> str:
+    from app.redis_client import get_redis
+    ref = secrets.token_urlsafe(16)
+    get_redis().set(_secret_key(ref), value, ex=SECRET_TTL_S)
+    return ref
+
+
+def take_secret(ref: str) -> str | None:
+    from app.redis_client import get_redis
+    raw = get_redis().getdel(_secret_key(ref))
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _send(task: str, args: list, queue: str = "default") -> None:
+    current_app.extensions["celery"].send_task(task, args=args, queue=queue)
+
+
+def queue_replica_loss(actor, key: str, **params: Any) -> DrillRun:
+    """Record a CD-28C run (``running``, progress "queued") and queue it on the pool's node
+    queue, where the pool driver can stop the replicas' processes. Raises
+    ValidationError (nothing recorded or queued) on bad parameters or a missing key."""
+    from app.audit.service import record
+    from app.pools.service import node_queue
+    from app.routing.drill_runs import start_replica_loss
+    if not key:
+        raise ValidationError("invalid replica-loss drill",
+                              {"key": ["a tenant API key is required"]})
+    run = start_replica_loss(actor=actor, **params)
+    run.result = {"progress": "queued"}
+    record(actor, "drill.start", "drill_run", run.id, after={"kind": run.kind, **run.params})
+    db.session.commit()
+    _send("drills.replica_loss", [run.id, stash_secret(key)], node_queue(run.params["node"]))
+    return run
+
+
+def queue_domain_shift(actor, key: str, **params: Any) -> None:
+    """Queue CD-28B (``app.router.runs.run_domain_shift``); the run appears when a worker
+    starts it."""
+    from app.audit.service import record
+    if not key:
+        raise ValidationError("invalid domain-shift drill",
+                              {"key": ["a tenant API key is required"]})
+    record(actor, "drill.start", "drill_run", "", after={"kind": "domain-shift", **params})
+    db.session.commit()
+    _send("drills.domain_shift", [params, stash_secret(key), getattr(actor, "id", None)])
+
+
+def run_queued_replica_loss(run_id: int, ref: str) -> DrillRun:
+    from app.routing.drill_runs import execute_replica_loss
+    key = take_secret(ref)
+    run = db.session.get(DrillRun, run_id)
+    if key is None:
+        return finish_run(run, {}, passed=None, error="the drill's API key expired before "
+                                                     "a worker took it; start it again")
+    return execute_replica_loss(run_id, key)
+
+
+def run_queued_domain_shift(params: dict[str, Any], ref: str,
+                            actor_id: int | None) -> DrillRun:
+    from app.auth.models import User
+    from app.router.runs import KIND, run_domain_shift
+    actor = db.session.get(User, actor_id) if actor_id is not None else None
+    key = take_secret(ref)
+    try:
+        if key is None:
+            raise ValidationError("the drill's API key expired before a worker took it",
+                                  {"key": ["start the drill again"]})
+        return run_domain_shift(key=key, actor=actor, **params)
+    except ValidationError as exc:      # shown on the page as a run that never started
+        run = start_run(KIND, params, actor)
+        detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items())
+        return finish_run(run, {}, passed=None, error=detail or exc.message)

@@ -2,7 +2,8 @@
 the pool worker started and supervises, behind the real gateway. The drill stops two of
 them through the pool driver, so they stay ``stopped`` while the supervisor keeps running
 (a SIGTERM alone would leave them ``healthy`` in SQL, and the supervisor would restart
-them mid-drill). Lives with the pools tests because it needs their pool worker."""
+them mid-drill). The same drill started from the Drills page runs on the pool's node
+queue. Lives with the pools tests because it needs their pool worker."""
 from __future__ import annotations
 
 import socket
@@ -14,9 +15,11 @@ from app.audit.models import AuditLog
 from app.catalog.models import Replica, Tier
 from app.catalog.service import sync_replica_rows
 from app.drills.models import DrillRun
+from app.drills.service import list_runs
 from app.extensions import db
 from app.policies.models import Policy
 from app.pools.service import request_pool_action
+from tests.console.web import browser, login, submit
 from tests.factories import PoolFactory, TenantFactory, UserFactory, make_key
 from tests.gateway.conftest import publish_and_wait
 from workers.pools import launcher
@@ -62,16 +65,29 @@ def _tenant_on(pool, frontier, gateway) -> str:
     return key
 
 
-def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
-        app, runner, pool_worker, tiny_model_dir, gateway, frontier):
-    celery = app.extensions["celery"]
+def _started_pool(pool_worker, tiny_model_dir, n: int):
     pool = PoolFactory(name=f"drill-{uuid.uuid4().hex[:6]}", engine="reference",
-                       model=str(tiny_model_dir), served_model_name="tiny", desired_replicas=4,
-                       base_port=free_port_run(4), node="local",
+                       model=str(tiny_model_dir), served_model_name="tiny", desired_replicas=n,
+                       base_port=free_port_run(n), node="local",
                        options={"threads": 1, "max_prefix_tokens": 8192})
     sync_replica_rows(pool)
     db.session.commit()
     request_pool_action(UserFactory(role="ops"), pool.id, "start")
+    return pool
+
+
+def _stop_all(pool) -> None:
+    from app.pools.driver import stop_replica
+    for replica in _replicas(pool.id):
+        pid = replica.pid
+        stop_replica(replica.id)
+        launcher.terminate(pid, grace_s=5)
+
+
+def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
+        app, runner, pool_worker, tiny_model_dir, gateway, frontier):
+    celery = app.extensions["celery"]
+    pool = _started_pool(pool_worker, tiny_model_dir, 4)
     beat = threading.Event()
     try:
         pool_worker.wait_for(lambda: all(r.state == "healthy" for r in _replicas(pool.id)),
@@ -120,8 +136,43 @@ def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
         assert {a.after["drill_run"] for a in audits} == {run.id}
     finally:
         beat.set()
-        from app.pools.driver import stop_replica
-        for replica in _replicas(pool.id):
-            pid = replica.pid
-            stop_replica(replica.id)
-            launcher.terminate(pid, grace_s=5)
+        _stop_all(pool)
+
+
+def test_console_queues_the_drill_on_the_pools_node_and_shows_its_row(
+        app, pool_worker, tiny_model_dir, gateway, frontier):
+    pool = _started_pool(pool_worker, tiny_model_dir, 3)
+    try:
+        pool_worker.wait_for(lambda: all(r.state == "healthy" for r in _replicas(pool.id)),
+                             300, "three replicas healthy")
+        key = _tenant_on(pool, frontier, gateway)
+        web = browser(app)
+        login(web, UserFactory(role="ops").email)
+        resp = submit(web, "/drills", {"pool_id": str(pool.id), "url": gateway.url, "key": key,
+                                       "model": "tier-1", "stop_count": "1", "sessions": "6",
+                                       "turns_before": "2", "turns_after": "2"},
+                      action="/drills/replica-loss")
+        assert resp.status_code == 303
+        (run,) = list_runs("replica-loss")
+        assert run.params["node"] == "local" and key not in str(run.params)
+        page = web.get("/drills").get_data(as_text=True)
+        assert 'http-equiv="refresh"' in page                  # progress shows as it goes
+
+        def finished():
+            db.session.expire_all()
+            r = db.session.get(DrillRun, run.id)
+            return r if r.status != "running" else None
+
+        done = pool_worker.wait_for(finished, 300, "the queued drill")
+        r = done.result
+        assert done.status == "passed", r
+        assert r["requests"] == 24 and r["failed_requests"] == 0
+        assert [s for s, st in r["replica_states"].items() if st == "stopped"] == [
+            str(x) for x in r["stopped"]]
+        html = web.get("/drills").get_data(as_text=True)
+        assert "0 of 24 requests failed" in html and "| loss |" in html
+        assert '"sessions_moved"' not in html and 'http-equiv="refresh"' not in html
+        assert db.session.scalar(db.select(AuditLog).where(
+            AuditLog.action == "drill.start", AuditLog.entity_id == str(run.id))) is not None
+    finally:
+        _stop_all(pool)
