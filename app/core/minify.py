@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.minify_instance import expand_value, minify_value
-from app.core.minify_messages import rewrite_messages, rewrite_text
+from app.core.minify_messages import legend_text, rewrite_messages, rewrite_text
 from app.core.minify_schema import (DEFAULT_CANDIDATES, KeyMap, MinifyOptions, Node,
                                     TokenCounter, clear_cache, minify_schema, schema_hash)
 from app.core.minify_stream import (SCHEMA_ERR, StreamExpander, best_effort_marker,
@@ -20,9 +20,9 @@ from app.core.minify_stream import (SCHEMA_ERR, StreamExpander, best_effort_mark
 __all__ = [
     "DEFAULT_CANDIDATES", "KeyMap", "MinifyOptions", "Node", "SCHEMA_ERR", "StreamExpander",
     "TokenCounter", "best_effort_marker", "clear_cache", "expand_json", "expand_text",
-    "expand_tool_arguments", "expand_value", "minify_json", "minify_response_format",
-    "minify_schema", "minify_tools", "minify_value", "rewrite_messages", "rewrite_text",
-    "schema_hash", "validate_minified",
+    "expand_tool_arguments", "expand_value", "legend_text", "minify_json",
+    "minify_response_format", "minify_schema", "minify_tools", "minify_value",
+    "rewrite_messages", "rewrite_text", "schema_hash", "validate_minified",
 ]
 
 

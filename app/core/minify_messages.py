@@ -71,3 +71,26 @@ def rewrite_messages(messages: list[dict[str, Any]], keymap: KeyMap) -> list[dic
                 for part in content]}
         out.append(msg)
     return out
+
+
+def _where(path: str) -> str:
+    return path[2:] if path.startswith("$.") else path
+
+
+def legend_text(keymap: KeyMap) -> str:
+    """One instruction line per location saying what each alias stands for, for
+    upstreams that enforce the schema as a grammar without showing it to the model
+    (vLLM, the reference engine): descriptions in the schema never reach those models."""
+    by_path: dict[str, list[str]] = {}
+    for path, orig, alias in keymap.renames:
+        by_path.setdefault(path, []).append(f"{alias} = {orig}")
+    lines = []
+    for path, pairs in by_path.items():
+        where = "" if path in ("", "$") else f" inside {_where(path)}"
+        lines.append(f"Answer keys{where}: {'; '.join(pairs)}.")
+    values: dict[str, list[str]] = {}
+    for path, value, alias in keymap.value_renames:
+        values.setdefault(path, []).append(f'"{alias}" = "{value}"')
+    for path, pairs in values.items():
+        lines.append(f"Values of {_where(path)}: {'; '.join(pairs)}.")
+    return "\n".join(lines)

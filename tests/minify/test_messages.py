@@ -39,3 +39,19 @@ def test_content_parts():
         {"type": "image_url", "image_url": {"url": "x"}}]}], KM)
     assert out[0]["content"][0]["text"] == "use a"
     assert out[0]["content"][1]["type"] == "image_url"
+
+
+def test_legend_names_every_alias_per_location_and_enum_values():
+    from app.core.minify import MinifyOptions, legend_text
+    schema = {"type": "object", "properties": {
+        "customer_full_name": {"type": "string"},
+        "billing_postal_address": {"type": "object", "properties": {
+            "postal_code_value": {"type": "string"}}},
+        "ticket_priority_level": {"enum": ["HIGH_PRIORITY_SERVICE_DOWN", "LOW_ROUTINE"]}}}
+    _, keymap = minify_schema(schema, options=MinifyOptions(minify_enums=True))
+    assert legend_text(keymap).splitlines() == [
+        "Answer keys: a = customer_full_name; b = billing_postal_address; "
+        "c = ticket_priority_level.",
+        "Answer keys inside billing_postal_address: a = postal_code_value.",
+        'Values of ticket_priority_level: "a" = "HIGH_PRIORITY_SERVICE_DOWN"; '
+        '"b" = "LOW_ROUTINE".']
