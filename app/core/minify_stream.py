@@ -13,6 +13,11 @@ import json
 import re
 from typing import Any
 
+try:  # orjson is a dependency; without it every text takes the streaming scanner
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
+
 from app.core.minify_instance import expand_value
 from app.core.minify_schema import KeyMap, Node
 
@@ -212,10 +217,80 @@ def _unknown_key_text(key: str, raw: str, node: Node | None, keymap: KeyMap,
 
 
 def expand_text(text: str, keymap: KeyMap) -> tuple[str, list[str]]:
-    """Expand a whole response text, keeping its formatting; returns (text, problems)."""
+    """Expand a whole response text, keeping its formatting; returns (text, problems).
+    Text that parses as JSON takes a regex fast path over its strings and brackets;
+    anything else goes through the streaming scanner (same output, and the problems)."""
+    if orjson is not None:
+        try:
+            orjson.loads(text)
+        except (orjson.JSONDecodeError, TypeError):
+            pass
+        else:
+            return _expand_valid(text, keymap)
     ex = StreamExpander(keymap)
     out = ex.feed(text) + ex.close()
     return out, ex.problems
+
+
+# In valid JSON every match is a whole string token (a key when a colon follows) or a
+# bracket; commas, numbers, literals and whitespace are never matched.
+_TOKENS = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"([ \t\n\r]*:)?|([{}\[\]])')
+
+
+def _expand_valid(text: str, keymap: KeyMap) -> tuple[str, list[str]]:
+    problems: list[str] = []
+    parts: list[str] = []
+    last = 0
+    stack: list[list] = []  # [node of this object / of the array's items, is_object, child]
+    for m in _TOKENS.finditer(text):
+        raw = m.group(1)
+        if raw is None:
+            c = m.group(3)
+            if c == "{" or c == "[":
+                if not stack:
+                    node = keymap.root
+                elif stack[-1][1]:
+                    node = stack[-1][2]
+                else:
+                    node = stack[-1][0]
+                if c == "{":
+                    stack.append([node, True, None])
+                else:
+                    stack.append([node.items if node is not None else None, False, None])
+            else:
+                stack.pop()
+            continue
+        if m.group(2) is not None:  # an object key
+            top = stack[-1]
+            node = top[0]
+            key = json.loads('"' + raw + '"') if "\\" in raw else raw
+            hit = node.emit.get(key) if node is not None else None
+            if hit is not None:
+                top[2] = hit[2]
+                new = hit[1]
+            else:
+                new, top[2] = _unknown_key_text(key, raw, node, keymap, problems)
+        else:  # a string value
+            if not stack:
+                node = keymap.root
+            elif stack[-1][1]:
+                node = stack[-1][2]
+            else:
+                node = stack[-1][0]
+            if node is None or node.vals is None:
+                continue
+            hit = node.vals.get(json.loads('"' + raw + '"') if "\\" in raw else raw)
+            if hit is None:
+                continue
+            new = hit[1]
+        if new != raw:
+            parts.append(text[last:m.start(1)])
+            parts.append(new)
+            last = m.end(1)
+    if not parts:
+        return text, problems
+    parts.append(text[last:])
+    return "".join(parts), problems
 
 
 def expand_json(obj_or_text: Any, keymap: KeyMap) -> Any:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from app.core.minify import (MinifyOptions, StreamExpander, expand_json, minify_json,
                              minify_schema, validate_minified)
-from tests.minify.strategies import chunked, instance, schemas
+from tests.minify.strategies import chunked, instance, keys, schemas, string_values
 
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -103,3 +103,23 @@ def test_stream_output_only_grows_and_holds_back_at_most_one_key(data):
         else:  # everything fed so far is out
             assert emitted[-1:] == consumed[-1:]
     assert emitted + ex.close() == final
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), string_values),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(keys, inner, max_size=4)),
+    max_leaves=12)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_whole_text_fast_path_equals_the_streaming_scanner_on_any_json(data):
+    """Any valid JSON, in or out of the schema (aliases in the wrong place included): the
+    whole-response path gives the scanner's text and problems."""
+    from app.core.minify import expand_text
+    _, keymap = minify_schema(data.draw(schemas()), options=_options(data))
+    text = _serialise(data.draw(json_values), data.draw(st.integers(0, 2)))
+    ex = StreamExpander(keymap)
+    scanned = ex.feed(text) + ex.close()
+    assert expand_text(text, keymap) == (scanned, ex.problems)
