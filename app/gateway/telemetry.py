@@ -110,8 +110,12 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
     tier = ctx.tier or {}
     served = ctx.cache == "miss" and bool(tier)
     at = datetime.now(timezone.utc)  # priced at the price in force when booked
+    # The frontier baseline is what it would have generated: the output with the client's
+    # own keys when S02 minified them (so the ledger shows what minification saved).
+    raw_out = (ctx.telemetry.get("minify") or {}).get("raw_schema_output_tokens_equivalent")
     cost, baseline = book_cost(ctx.snapshot.all_tiers, tier if served else None, at,
-                               prompt, cached, out)
+                               prompt, cached, out,
+                               baseline_completion_tokens=int(raw_out) if raw_out else None)
     cost += sum((Decimal(a["cost_usd"]) for a in ctx.attempts), Decimal(0))
     tier_name = tier.get("name", "") if served else ""
     computed = max(prompt - cached, 0)

@@ -6,6 +6,7 @@ gets its own keys and values back, streamed and not."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import jsonschema
 
@@ -106,6 +107,12 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
                                          *mini["value_aliases"].values()])
         assert mini["minified_schema_tokens_generated"] == row.completion_tokens
         assert mini["raw_schema_output_tokens_equivalent"] > row.completion_tokens
+        # the frontier baseline is priced on the output with the client's own keys
+        frontier = w.tiers[3]
+        want = (row.prompt_tokens * frontier.price_input_per_m
+                + mini["raw_schema_output_tokens_equivalent"] * frontier.price_output_per_m
+                ) / 1_000_000
+        assert abs(row.baseline_cost_usd - want) < Decimal("1e-9"), (row.baseline_cost_usd, want)
         assert pipe["schema_valid"] is True
         assert "S98_ALERT_SCHEMA_ERR" not in pipe["states"]
         assert not pipe.get("schema_retry")
