@@ -1,9 +1,10 @@
 """Output-token diet: JSON schema key minification (S02) and re-expansion (S05).
 
-One import for the gateway stages; the parts live in ``minify_schema`` (aliases, key map,
-cache), ``minify_structure`` (which schemas share a location), ``minify_rewrite`` (the
-minified schema), ``minify_instance`` (parsed values), ``minify_stream`` (text streams,
-validation, S98 marker) and ``minify_messages`` (instructions).
+One import for the gateway stages; the parts live in ``minify_schema`` (key map, cache),
+``minify_alias`` (which alias each key gets), ``minify_structure`` (which schemas share a
+location), ``minify_rewrite`` (the minified schema), ``minify_instance`` (parsed values),
+``minify_stream`` (text streams, validation, S98 marker) and ``minify_messages``
+(instructions).
 """
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Any
 
 from app.core.minify_instance import expand_value, minify_value
 from app.core.minify_messages import legend_text, rewrite_messages, rewrite_text
-from app.core.minify_schema import (DEFAULT_CANDIDATES, KeyMap, MinifyOptions, Node,
-                                    TokenCounter, clear_cache, minify_schema, schema_hash)
+from app.core.minify_schema import (ALIAS_STYLES, DEFAULT_CANDIDATES, KeyMap, MinifyOptions,
+                                    Node, TokenCounter, clear_cache, minify_schema,
+                                    schema_hash)
 from app.core.minify_stream import (SCHEMA_ERR, StreamExpander, best_effort_marker,
                                     expand_json, expand_text, expand_tool_arguments,
                                     validate_minified)
 
 __all__ = [
-    "DEFAULT_CANDIDATES", "KeyMap", "MinifyOptions", "Node", "SCHEMA_ERR", "StreamExpander",
+    "ALIAS_STYLES", "DEFAULT_CANDIDATES", "KeyMap", "MinifyOptions", "Node", "SCHEMA_ERR", "StreamExpander",
     "TokenCounter", "best_effort_marker", "clear_cache", "expand_json", "expand_text",
     "expand_tool_arguments", "expand_value", "legend_text", "minify_json",
     "minify_response_format", "minify_schema", "minify_tools", "minify_value",

@@ -18,33 +18,21 @@ other location are never touched.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import re
-import string
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any
 
+from app.core.minify_alias import (ALIAS_STYLES, DEFAULT_CANDIDATES,  # noqa: F401 (re-export)
+                                   TokenCounter, assign_aliases)
 from app.core.minify_structure import Analysis
 
 try:  # orjson is a dependency; json is the fallback for exotic values (big ints)
     import orjson
 except ImportError:  # pragma: no cover
     orjson = None
-
-
-class TokenCounter(Protocol):
-    name: str
-
-    def count(self, text: str) -> int: ...
-
-
-# Single letters are one token in cl100k_base, o200k_base and SmolLM2 (measured; see
-# tests/minify/test_tokens.py); digits split off in all three, so "_c1"/"b1" cost 2-3.
-DEFAULT_CANDIDATES: tuple[str, ...] = tuple(string.ascii_lowercase + string.ascii_uppercase)
-
 
 
 class Node:
@@ -105,86 +93,11 @@ class KeyMap:
                 return a
         return None
 
-# --------------------------------------------------------------------------- aliases
-
-class _Candidates:
-    """Lazily extended, deterministic list of one-token aliases for a tokenizer."""
-
-    def __init__(self, counter: TokenCounter | None) -> None:
-        self.counter = counter
-        self.items: list[str] = list(DEFAULT_CANDIDATES)
-        if counter is not None:
-            self.items = [c for c in self.items if counter.count(c) == 1]
-        self._more = self._extra()
-
-    def _extra(self) -> Iterator[str]:
-        low = string.ascii_lowercase
-        for length in (2, 3):
-            for tup in itertools.product(low, repeat=length):
-                cand = "".join(tup)
-                if self.counter is None or self.counter.count(cand) == 1:
-                    yield cand
-
-    def get(self, i: int) -> str | None:
-        if i < len(self.items):
-            return self.items[i]
-        with _candidates_lock:
-            while i >= len(self.items):
-                nxt = next(self._more, None)
-                if nxt is None:
-                    return None
-                self.items.append(nxt)
-        return self.items[i]
-
-
-_CANDIDATES: dict[str, _Candidates] = {}
-_candidates_lock = threading.RLock()
-
-
-def _candidates_for(counter: TokenCounter | None) -> _Candidates:
-    name = counter.name if counter is not None else ""
-    with _candidates_lock:
-        if name not in _CANDIDATES:
-            _CANDIDATES[name] = _Candidates(counter)
-        return _CANDIDATES[name]
-
-
-def _keep(key: str, counter: TokenCounter | None) -> bool:
-    if counter is None:
-        return len(key) <= 2
-    return counter.count(key) <= 1
-
-
 def _compile(pattern: str) -> re.Pattern | None:
     try:
         return re.compile(pattern)
     except re.error:
         return None
-
-
-def _assign(keys: list[str], patterns: list[re.Pattern], counter: TokenCounter | None
-            ) -> dict[str, str]:
-    cands = _candidates_for(counter)
-    taken = set(keys)
-    out: dict[str, str] = {}
-    i = 0
-    for k in keys:
-        if _keep(k, counter):
-            out[k] = k
-            continue
-        alias = None
-        while True:
-            cand = cands.get(i)
-            if cand is None:
-                break
-            i += 1
-            if cand in taken or any(p.search(cand) for p in patterns):
-                continue
-            alias = cand
-            break
-        out[k] = alias if alias is not None else k
-        taken.add(out[k])
-    return out
 
 
 def _json_key(key: str) -> str:
@@ -203,9 +116,16 @@ class MinifyOptions:
     describe: str = "prefix"  # "prefix": description = "original_key: <description>"; "keep"
     keep_short: bool = True  # keys already one token stay verbatim
     minify_enums: bool = False  # also alias multi-token enum/const strings at closed locations
+    alias_style: str = "letters"  # key aliases: "letters" or "semantic" (minify_alias)
+
+    def __post_init__(self) -> None:
+        if self.alias_style not in ALIAS_STYLES:
+            raise ValueError(f"alias_style must be one of {ALIAS_STYLES}, "
+                             f"not {self.alias_style!r}")
 
     def tag(self) -> str:
-        return f"{self.describe}:{int(self.keep_short)}:{int(self.minify_enums)}"
+        return (f"{self.describe}:{int(self.keep_short)}:{int(self.minify_enums)}:"
+                f"{self.alias_style}")
 
 
 def schema_hash(schema: Any) -> str:
@@ -274,7 +194,8 @@ def _build(schema: Any, counter: TokenCounter | None, options: MinifyOptions,
     compiled: dict[int, list[tuple[str, re.Pattern]]] = {}
     for c in set(keys) | set(pats):
         compiled[c] = [(p, r) for p in pats.get(c, ()) if (r := _compile(p)) is not None]
-        aliases[c] = _assign(keys.get(c, []), [r for _, r in compiled[c]], counter)
+        aliases[c] = assign_aliases(keys.get(c, []), [r for _, r in compiled[c]], counter,
+                                    options.alias_style)
 
     nodes, renames, seen_alias, ambiguous = _node_graph(an, aliases, compiled)
     value_renames = _value_aliases(an, nodes, counter) if options.minify_enums else []
@@ -340,7 +261,7 @@ def _value_aliases(an: Analysis, nodes: dict[int, Node], counter: TokenCounter |
         node = nodes.get(c)
         if node is None:
             continue
-        amap = {v: a for v, a in _assign(values, [], counter).items() if a != v}
+        amap = {v: a for v, a in assign_aliases(values, [], counter).items() if a != v}
         if not amap:
             continue
         node.vfwd = amap

@@ -1,25 +1,45 @@
 """Hypothesis strategies: random JSON schemas (objects, arrays of objects, $defs/$ref,
 anyOf, oneOf with a const discriminator, enums, enums mixed with free strings) together
-with a way to draw valid instances of them."""
+with a way to draw valid instances of them. Keys include verbose keys built from a few
+shared words (so semantic aliases collide among siblings, and a key may equal a word that
+is another key's best alias)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
 ALIAS_LIKE = ["a", "b", "c", "A", "aa", "id", "_c1"]
 KEY_ALPHABET = st.characters(blacklist_categories=("Cs",), min_codepoint=1)
+WORDS = ["customer", "email", "name", "total", "amount", "extracted", "value", "department",
+         "organization", "of", "id", "a", "contact", "Customer", "2", "é"]
+
+
+@st.composite
+def word_keys(draw):
+    """snake_case, kebab-case, camelCase or spaced keys from a small shared vocabulary."""
+    words = draw(st.lists(st.sampled_from(WORDS), min_size=1, max_size=4))
+    style = draw(st.sampled_from(["_", "-", " ", "camel"]))
+    if style == "camel":
+        return words[0] + "".join(w[:1].upper() + w[1:] for w in words[1:])
+    return style.join(words)
+
+
 keys = st.one_of(
     st.sampled_from(ALIAS_LIKE + ["name", "customer_full_name", "extracted_invoice_total",
                                   "line_items", "key with space", 'quo"te', "back\\slash",
-                                  "unicodé_clé", "emoji_😀_key", "tab\tkey", "\u2028sep"]),
+                                  "unicodé_clé", "emoji_😀_key", "tab\tkey", "\u2028sep",
+                                  "customer", "email", "total"]),
+    word_keys(),
     st.text(KEY_ALPHABET, min_size=1, max_size=12),
 )
 string_values = st.one_of(
-    st.sampled_from(ALIAS_LIKE + ['{"a":1}', '"a":', "\\", '"', "😀", "\u0000", "a\\u0062"]),
+    st.sampled_from(ALIAS_LIKE + ['{"a":1}', '"a":', "\\", '"', "😀", "\u0000", "a\\u0062",
+                                  "customer", "email", "total", '{"customer":1}']),
     st.text(KEY_ALPHABET, max_size=20),
 )
 enum_values = st.one_of(
     st.sampled_from(ALIAS_LIKE + ["AWAITING_CUSTOMER_RESPONSE", "Closed Won", "sales_qualified",
-                                  'quo"te', "back\\slash", "😀 émoji", "\u2028", "a\\u0062", ""]),
+                                  'quo"te', "back\\slash", "😀 émoji", "\u2028", "a\\u0062", "",
+                                  "customer", "total"]),
     st.text(KEY_ALPHABET, max_size=12),
 )
 SCALARS = [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}, {"type": "null"},

@@ -1,6 +1,6 @@
 """Random schemas and valid objects round-trip exactly through minify -> expand, whole and
 streamed at random chunk boundaries (one character at a time included), with and
-without enum value minification."""
+without enum value minification, with letter and with semantic (word) aliases."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ import jsonschema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.minify import (MinifyOptions, StreamExpander, expand_json, minify_json,
-                             minify_schema, validate_minified)
+from app.core.minify import (ALIAS_STYLES, MinifyOptions, StreamExpander, expand_json,
+                             minify_json, minify_schema, validate_minified)
 from tests.minify.strategies import chunked, instance, keys, schemas, string_values
 
 SETTINGS = settings(max_examples=150, deadline=None,
@@ -24,7 +24,9 @@ def _stream(keymap, pieces: list[str]) -> tuple[str, list[str]]:
 
 
 def _options(data) -> MinifyOptions:
-    return MinifyOptions(minify_enums=data.draw(st.booleans(), label="minify_enums"))
+    return MinifyOptions(minify_enums=data.draw(st.booleans(), label="minify_enums"),
+                         alias_style=data.draw(st.sampled_from(ALIAS_STYLES),
+                                               label="alias_style"))
 
 
 def _serialise(obj, style: int) -> str:
