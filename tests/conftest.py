@@ -5,12 +5,15 @@ Set SLUICE_TEST_DATABASE_URL to a server URL (default: the local PostgreSQL at
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import uuid
 
 import pytest
 import sqlalchemy as sa
+
+from tests.servers import FRONTIER_KEY, Server
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -125,3 +128,35 @@ def celery_worker(app_config, tmp_path_factory):
     with start_worker(app_config, tmp_path_factory.mktemp("celery"), queue="default",
                       name="sluicetest") as worker:
         yield worker
+
+
+# Real server processes shared by every test directory (one definition each, so a session
+# runs one gateway, one frontier and one pair of fake replicas; a fixture imported into
+# another conftest would be a second definition, with processes of its own).
+@pytest.fixture(scope="session")
+def fake_replicas(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("logs")
+    servers = [Server("fake", f"r{i}", log_dir=logs) for i in range(2)]
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="session")
+def frontier(tmp_path_factory):
+    s = Server("fake", "frontier", log_dir=tmp_path_factory.mktemp("logs"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway(app_config, tmp_path_factory):
+    cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
+           "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
+           "QDRANT_PATH": str(tmp_path_factory.mktemp("gateway-qdrant")),
+           "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp("gateway-spool"))}
+    s = Server("gateway", json.dumps(cfg), env={"SLUICE_FRONTIER_API_KEY": FRONTIER_KEY},
+               log_dir=tmp_path_factory.mktemp("logs"))
+    yield s
+    s.stop()
+

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import fake_replicas, frontier, gateway  # noqa: F401 (fixtures)
 
 CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

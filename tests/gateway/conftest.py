@@ -2,84 +2,14 @@
 uvicorn subprocess on a port the OS picked; a catalog in SQL published as the snapshot."""
 from __future__ import annotations
 
-import json
-import os
-import select
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-FRONTIER_KEY = "sk-frontier-test-key"
-
-
-class Server:
-    def __init__(self, kind: str, arg: str, env: dict | None = None, log_dir: Path | None = None):
-        self.log = open((log_dir or Path("/tmp")) / f"sluice-{kind}-{os.getpid()}-{id(self)}.log",
-                        "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.gateway.serve", kind, arg], cwd=ROOT,
-            stdout=subprocess.PIPE, stderr=self.log, text=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})})
-        ready, _, _ = select.select([self.proc.stdout], [], [], 180)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line.startswith("PORT "):
-            self.log.flush()
-            self.log.seek(0)
-            tail = self.log.read()[-2000:]
-            self.stop()
-            raise RuntimeError(f"{kind} did not start: {line!r} {tail}")
-        self.port = int(line.split()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
-
-
-@pytest.fixture(scope="session")
-def fake_replicas(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("logs")
-    servers = [Server("fake", f"r{i}", log_dir=logs) for i in range(2)]
-    yield servers
-    for s in servers:
-        s.stop()
-
-
-@pytest.fixture(scope="session")
-def frontier(tmp_path_factory):
-    s = Server("fake", "frontier", log_dir=tmp_path_factory.mktemp("logs"))
-    yield s
-    s.stop()
-
-
-@pytest.fixture(scope="session")
-def gateway(app_config, tmp_path_factory):
-    cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
-           "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
-           "QDRANT_PATH": str(tmp_path_factory.mktemp("gateway-qdrant")),
-           "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp("gateway-spool"))}
-    s = Server("gateway", json.dumps(cfg), env={"SLUICE_FRONTIER_API_KEY": FRONTIER_KEY},
-               log_dir=tmp_path_factory.mktemp("logs"))
-    yield s
-    s.stop()
+from tests.servers import FRONTIER_KEY, ROOT, Server  # noqa: F401 (re-exported)
 
 
 def wait_for(pred, timeout: float = 15.0, what: str = "condition"):

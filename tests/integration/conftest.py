@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.engine.conftest import EngineProcess, tiny_model  # noqa: F401
-from tests.gateway.conftest import frontier, gateway  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import frontier, gateway  # noqa: F401  (fixtures, reused)
 from tests.celery_workers import start_worker
 
 

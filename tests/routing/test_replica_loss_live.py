@@ -8,7 +8,7 @@ import pytest
 
 from app.routing.drill import run_replica_loss
 from tests.engine.conftest import EngineProcess
-from tests.gateway.conftest import frontier, gateway, make_world  # noqa: F401 (fixtures)
+from tests.gateway.conftest import make_world
 
 
 @pytest.fixture(scope="module")
