@@ -13,6 +13,8 @@ from app.redis_client import get_redis
 def run_drill_file(lines: Iterable[str], *, threshold: float | None = None, source: str = "",
                    actor=None) -> dict:
     """Parse, run and record; raises PairError on a bad file (nothing recorded then)."""
+    from app.drills.service import require_drill_run
+    require_drill_run(actor)
     pairs = read_pairs(lines)
     run = start_run("cache-poisoning", {"source": source, "threshold": threshold,
                                         "pairs": len(pairs)}, actor=actor)

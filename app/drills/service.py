@@ -12,7 +12,7 @@ from typing import Any
 from flask import current_app
 
 from app.drills.models import DRILL_KINDS, DrillRun
-from app.errors import ValidationError
+from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.models_base import utcnow
 
@@ -61,6 +61,12 @@ def take_secret(ref: str) -> str | None:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
+def require_drill_run(actor) -> None:
+    """Drills run as global ops/admin users; ``None`` is the system (the CLI)."""
+    if actor is not None and not actor.can("drill.run"):
+        raise Forbidden("your role may not run drills")
+
+
 def _send(task: str, args: list, queue: str = "default") -> None:
     current_app.extensions["celery"].send_task(task, args=args, queue=queue)
 
@@ -72,6 +78,7 @@ def queue_replica_loss(actor, key: str, **params: Any) -> DrillRun:
     from app.audit.service import record
     from app.pools.service import node_queue
     from app.routing.drill_runs import start_replica_loss
+    require_drill_run(actor)
     if not key:
         raise ValidationError("invalid replica-loss drill",
                               {"key": ["a tenant API key is required"]})
@@ -87,6 +94,7 @@ def queue_domain_shift(actor, key: str, **params: Any) -> None:
     """Queue CD-28B (``app.router.runs.run_domain_shift``); the run appears when a worker
     starts it."""
     from app.audit.service import record
+    require_drill_run(actor)
     if not key:
         raise ValidationError("invalid domain-shift drill",
                               {"key": ["a tenant API key is required"]})

@@ -7,7 +7,7 @@ from app.redis_client import keys
 from app.routing import service as routing
 from tests.console.web import browser, csrf_from, login, submit
 from tests.factories import PoolFactory, UserFactory
-from tests.gateway.conftest import fake_replicas, frontier, gateway, make_world  # noqa: F401
+from tests.gateway.conftest import make_world
 
 
 def _ops(app):

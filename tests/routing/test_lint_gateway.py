@@ -10,8 +10,7 @@ import redis.asyncio as aioredis
 
 from app.routing.lint import KEEP, LintSampler, analyze_workflow, lint_report
 from tests.factories import UserFactory
-from tests.gateway.conftest import (fake_replicas, frontier, gateway, make_world,  # noqa: F401
-                                    wait_for)
+from tests.gateway.conftest import make_world, wait_for
 
 STATIC = ("You are the invoice assistant of Acme. Follow the rules below.\n"
           + "Rule: totals are in EUR, amounts have two decimals, cite the invoice line. " * 60)
