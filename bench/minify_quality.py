@@ -1,13 +1,15 @@
 """Does key minification keep extraction quality? SmolLM2-135M (the reference engine, in
 process, greedy) on bench/data/minify_quality.jsonl: support e-mails with gold fields.
 
-    .venv/bin/python bench/minify_quality.py [--limit N]
+    .venv/bin/python bench/minify_quality.py [--limit N] [--conditions original,prefix,...]
 
 Conditions (same documents, same client instructions that name the fields):
   original        the client's schema, no minification
-  prefix          minified keys, descriptions "original_key: ..." (S02 default), mentions
-                  of keys in the instructions rewritten to aliases
-  keep            minified keys, descriptions kept as they were
+  prefix          letter aliases (a, b, ...), descriptions "original_key: ..." (S02's),
+                  mentions of keys in the instructions rewritten to aliases
+  semantic        prefix with semantic aliases: a one-token word of each key
+                  (customer_email_address -> email; policy minify_alias_style)
+  keep            letter aliases, descriptions kept as they were
   legend          prefix + a system line that says what each alias means
   legend+enums    legend with enum values aliased too (policy minify_enums)
 
@@ -45,7 +47,7 @@ INSTRUCTIONS = ("Read the support e-mail and answer in JSON with customer_full_n
                 "customer_email_address, ticket_priority_level (HIGH_PRIORITY_SERVICE_DOWN "
                 "if the product is down, else LOW_PRIORITY_ROUTINE_REQUEST), "
                 "affected_product_name and requested_refund_flag.")
-CONDITIONS = ("original", "prefix", "keep", "legend", "legend+enums")
+CONDITIONS = ("original", "prefix", "semantic", "keep", "legend", "legend+enums")
 
 
 def request_for(condition: str, text: str, counter) -> tuple[list[dict], dict, object]:
@@ -53,7 +55,8 @@ def request_for(condition: str, text: str, counter) -> tuple[list[dict], dict, o
     if condition == "original":
         return messages, FMT, None
     options = MinifyOptions(describe="keep" if condition == "keep" else "prefix",
-                            minify_enums=condition.endswith("enums"))
+                            minify_enums=condition.endswith("enums"),
+                            alias_style="semantic" if condition == "semantic" else "letters")
     rf, keymap = minify_response_format(FMT, tokenizer=counter, options=options)
     messages = rewrite_messages(messages, keymap)
     if condition.startswith("legend"):
@@ -73,19 +76,28 @@ def generate(engine, messages: list[dict], rf: dict) -> tuple[str, int, int]:
     return text, usage["prompt_tokens"], usage["completion_tokens"]
 
 
-def score(answer: str, gold: dict) -> int:
+def score(answer: str, gold: dict, per_field: dict[str, int]) -> int:
     try:
         got = json.loads(answer)
     except ValueError:
         return 0
     norm = lambda v: v.strip().lower() if isinstance(v, str) else v  # noqa: E731
-    return sum(norm(got.get(k)) == norm(v) for k, v in gold.items())
+    right = [k for k, v in gold.items() if norm(got.get(k)) == norm(v)]
+    for k in right:
+        per_field[k] += 1
+    return len(right)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument("--conditions", default=",".join(CONDITIONS),
+                        help=f"comma-separated subset of {', '.join(CONDITIONS)}")
     args = parser.parse_args()
+    conditions = [c for c in args.conditions.split(",") if c]
+    unknown = set(conditions) - set(CONDITIONS)
+    if unknown:
+        parser.error(f"unknown conditions: {', '.join(sorted(unknown))}")
     from app.engine.core import Engine
     from app.engine.model import resolve_model_path
     from app.minify.tokens import get_counter
@@ -97,17 +109,18 @@ def main() -> None:
     engine = Engine(resolve_model_path("smollm2"), "smollm2")
     print(f"{len(items)} support e-mails x {len(SCHEMA['properties'])} fields, SmolLM2-135M "
           f"greedy, grammar from the schema (xgrammar, no whitespace)")
-    totals = {c: [0, 0, 0, 0] for c in CONDITIONS}  # correct, fields, prompt, completion
-    answers: dict[str, list[str]] = {c: [] for c in CONDITIONS}
+    totals = {c: [0, 0, 0, 0] for c in conditions}  # correct, fields, prompt, completion
+    per_field = {c: {k: 0 for k in SCHEMA["properties"]} for c in conditions}
+    answers: dict[str, list[str]] = {c: [] for c in conditions}
     t0 = time.time()
     for item in items:
-        for cond in CONDITIONS:
+        for cond in conditions:
             messages, rf, keymap = request_for(cond, item["text"], counter)
             raw, p_tok, c_tok = generate(engine, messages, rf)
             answer = raw if keymap is None else expand_text(raw, keymap)[0]
             answers[cond].append(answer)
             t = totals[cond]
-            t[0] += score(answer, item["gold"])
+            t[0] += score(answer, item["gold"], per_field[cond])
             t[1] += len(item["gold"])
             t[2] += p_tok
             t[3] += c_tok
@@ -115,9 +128,18 @@ def main() -> None:
     print(f"{'condition':<14}{'fields right':>14}{'prompt tok':>12}{'output tok':>12}")
     for cond, (ok, n, p_tok, c_tok) in totals.items():
         print(f"{cond:<14}{ok:>7}/{n:<4} {ok / n:5.0%}{p_tok:>10}{c_tok:>12}")
-    same = sum(a == b for a, b in zip(answers["prefix"], answers["keep"]))
-    print(f"\nprefix vs keep: {same}/{len(items)} answers identical")
-    for cond in CONDITIONS:
+    print(f"\nright per field ({len(items)} each)")
+    print(f"{'condition':<14}" + "".join(f"{k[:22]:>24}" for k in SCHEMA["properties"]))
+    for cond in conditions:
+        print(f"{cond:<14}" + "".join(f"{n:>24}" for n in per_field[cond].values()))
+    if "prefix" in answers and "keep" in answers:
+        same = sum(a == b for a, b in zip(answers["prefix"], answers["keep"]))
+        print(f"\nprefix vs keep: {same}/{len(items)} answers identical")
+    for cond in conditions:
+        _, keymap = request_for(cond, "", counter)[1:]
+        if keymap is not None:
+            print(f"\naliases, {cond}: " + ", ".join(f"{o} -> {a}" for _, o, a in keymap.renames))
+    for cond in conditions:
         print(f"\nfirst answers, {cond}:")
         for a in answers[cond][:2]:
             print(f"  {a}")
