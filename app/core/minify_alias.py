@@ -19,8 +19,9 @@ Words are ranked: specific words before generic ones (``name``, ``value``, ``fla
 participles such as ``extracted``), words no sibling key contains before shared ones
 (``customer`` in ``customer_name`` and ``customer_email`` tells them apart from nothing),
 then right to left (the head noun of an English compound comes last, or just before
-``of``). A word's usual short form (``organization`` -> ``org``) follows the word. Everything depends on the keys, their order and the tokenizer only, so
-the choice is deterministic per schema.
+``of``). A word's usual short form (``organization`` -> ``org``) follows the word.
+Everything depends on the keys, their order and the tokenizer only, so the choice is
+deterministic per schema.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ import itertools
 import re
 import string
 import threading
+from functools import lru_cache
 from typing import Iterator, Protocol
 
 ALIAS_STYLES = ("semantic", "letters")
@@ -77,7 +79,8 @@ _CONTEXTS = ('{"%s":', ',"%s":', ', "%s": ')
 _MAX_WORD_WITHOUT_TOKENIZER = 8
 
 
-def key_words(key: str) -> list[str]:
+@lru_cache(maxsize=8192)
+def key_words(key: str) -> tuple[str, ...]:
     """The words of a key, lowercased, in order: split at anything not a letter (``_``,
     ``-``, spaces, digits, punctuation) and at camelCase / ``HTTPServer`` boundaries."""
     words: list[str] = []
@@ -92,7 +95,7 @@ def key_words(key: str) -> list[str]:
                 start = i
         if run:
             words.append(run[start:])
-    return [w.lower() for w in words if w]
+    return tuple(w.lower() for w in words if w)
 
 
 def semantic_candidates(key: str, siblings: list[str]) -> list[str]:
@@ -116,7 +119,7 @@ def _is_generic(word: str) -> bool:
     return word in GENERIC or (len(word) > 5 and word.endswith("ed"))
 
 
-def _ranked(words: list[str], counts: dict[str, int]) -> list[str]:
+def _ranked(words: tuple[str, ...], counts: dict[str, int]) -> list[str]:
     if "of" in words[1:-1]:  # "modules_of_interest": the head noun is before "of"
         cut = words.index("of")
         words = words[cut + 1:] + words[:cut]

@@ -116,7 +116,9 @@ class MinifyOptions:
     describe: str = "prefix"  # "prefix": description = "original_key: <description>"; "keep"
     keep_short: bool = True  # keys already one token stay verbatim
     minify_enums: bool = False  # also alias multi-token enum/const strings at closed locations
-    alias_style: str = "letters"  # key aliases: "letters" or "semantic" (minify_alias)
+    # key aliases: "letters" or "semantic" (minify_alias); the gateway takes the policy's
+    # minify_alias_style (default semantic), plain calls keep letters
+    alias_style: str = "letters"
 
     def __post_init__(self) -> None:
         if self.alias_style not in ALIAS_STYLES:

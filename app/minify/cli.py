@@ -6,7 +6,9 @@ import json
 import click
 from flask.cli import AppGroup
 
+from app.core.minify_alias import ALIAS_STYLES
 from app.minify.tokens import TOKENIZERS
+from app.policies.schema import DEFAULTS
 
 minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
 
@@ -19,7 +21,11 @@ minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
               type=click.Choice(TOKENIZERS))
 @click.option("--minify-enums", is_flag=True,
               help="Also alias multi-token enum values (the policy's minify_enums).")
-def report(cases_file, as_json: bool, tokenizer: str, minify_enums: bool) -> None:
+@click.option("--alias-style", default=DEFAULTS["minify_alias_style"], show_default=True,
+              type=click.Choice(ALIAS_STYLES),
+              help="Key aliases: words of each key or letters (the policy's minify_alias_style).")
+def report(cases_file, as_json: bool, tokenizer: str, minify_enums: bool,
+           alias_style: str) -> None:
     """Output tokens with original vs minified keys (compact JSON), and whether
     expand(minify(output)) round-trips exactly."""
     from app.core.minify import MinifyOptions
@@ -29,13 +35,13 @@ def report(cases_file, as_json: bool, tokenizer: str, minify_enums: bool) -> Non
         cases = read_cases(cases_file)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cases") from exc
-    options = MinifyOptions(minify_enums=minify_enums)
+    options = MinifyOptions(minify_enums=minify_enums, alias_style=alias_style)
     reports = [report_case(n, case, tokenizer, options) for n, case in cases]
     totals = summarise(reports)
     if as_json:
         click.echo(json.dumps(totals))
         return
-    click.echo(f"tokenizer {tokenizer}; outputs counted as compact JSON")
+    click.echo(f"tokenizer {tokenizer}, {alias_style} aliases; outputs counted as compact JSON")
     for r in reports:
         click.echo(f"line {r.line:>3} {r.name[:40]:<40} {r.tokens_before:>5} -> "
                    f"{r.tokens_after:>5} tokens ({r.reduction:6.1%})  keys renamed "

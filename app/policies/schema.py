@@ -37,6 +37,11 @@ FIELDS: dict[str, Field] = {
     "minify_tools": Field(bool, False, help="Also minify tool/function parameter schemas"),
     "minify_enums": Field(bool, False,
                           help="Also alias multi-token enum values (where only enum values fit)"),
+    # semantic: same token reduction as letters on the corpus (bench/results/minify.txt),
+    # 24/50 vs 10/50 fields right on SmolLM2 (bench/results/minify_quality.txt)
+    "minify_alias_style": Field(str, "semantic", choices=("semantic", "letters"),
+                                help="Key aliases: a one-token word of each key (semantic), "
+                                     "or a, b, c..."),
     "schema_error_action": Field(str, "retry", choices=("retry", "mark"),
                                  help="On a schema error: retry unminified, or mark"),
     "frontier_first_hours": Field(int, 48, 0, 24 * 365,

@@ -86,3 +86,18 @@ def test_enum_values_minified_only_when_the_policy_says(app, gateway, fake_repli
         assert sent["json_schema"]["schema"]["properties"]["status"]["enum"] == ["a", "b"]
     else:  # "status" is one token: nothing else to minify, passed through as is
         assert sent == fmt
+
+
+@pytest.mark.parametrize("style, aliases", [("letters", ["a", "b"]),
+                                            ("semantic", ["customer", "total"])])
+def test_alias_style_from_the_policy_reaches_the_upstream(app, gateway, fake_replicas, frontier,
+                                                          style, aliases):
+    w = _world(app, gateway, fake_replicas, frontier, schema_error_action="mark",
+               minify_alias_style=style)
+    w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
+    sent = _last_body(fake_replicas[0])
+    schema = sent["response_format"]["json_schema"]["schema"]
+    assert list(schema["properties"]) == aliases and schema["required"] == aliases
+    assert sent["messages"][0]["content"] == f"Return {aliases[0]} and {aliases[1]}."
+    row = w.drain_rows(1)[0]
+    assert row.payload["pipeline"]["minify"]["alias_style"] == style

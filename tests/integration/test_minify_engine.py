@@ -2,14 +2,17 @@
 of objects, a $ref'd enum and verbose enum values goes through the gateway (policy
 minify_enums on) to the reference engine, which enforces the minified schema with
 xgrammar: the engine generates aliases for keys and enum values, the client (openai SDK)
-gets its own keys and values back, streamed and not."""
+gets its own keys and values back, streamed and not; with letter aliases and with semantic
+ones (a word of each key)."""
 from __future__ import annotations
 
 import json
 from decimal import Decimal
 
 import jsonschema
+import pytest
 
+from app.core.minify_alias import key_words
 from app.minify.tokens import count_tokens
 from tests.gateway.conftest import make_world
 
@@ -70,9 +73,11 @@ def _client_got_originals(content: str) -> dict:
     return answer
 
 
+@pytest.mark.parametrize("style", ["letters", "semantic"])
 def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gateway, engine,
-                                                                       frontier):
-    w = make_world(app, gateway, [engine.url], frontier.url, policy={"minify_enums": True})
+                                                                       frontier, style):
+    w = make_world(app, gateway, [engine.url], frontier.url,
+                   policy={"minify_enums": True, "minify_alias_style": style})
     client = w.client(timeout=180)
     resp = client.chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT,
                                           max_tokens=200, temperature=0)
@@ -103,8 +108,14 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
         assert {k.split("=", 1)[1] for k in mini["value_aliases"]} == {
             *STATUS, "JUNIOR_SUPPORT_ENGINEER", "SENIOR_SUPPORT_ENGINEER",
             "billing"}  # two SmolLM2 tokens; "login", "low", "high" are one and stay
-        assert all(len(a) == 1 for a in [*mini["aliases"].values(),
-                                         *mini["value_aliases"].values()])
+        assert mini["alias_style"] == style
+        assert all(len(a) == 1 for a in mini["value_aliases"].values())
+        if style == "letters":
+            assert all(len(a) == 1 for a in mini["aliases"].values())
+        else:  # each key's alias is one of its own words
+            assert all(a in key_words(k.rsplit(".", 1)[-1])
+                       for k, a in mini["aliases"].items()), mini["aliases"]
+            assert mini["aliases"]["current_ticket_status"] == "status"
         assert mini["minified_schema_tokens_generated"] == row.completion_tokens
         assert mini["raw_schema_output_tokens_equivalent"] > row.completion_tokens
         # the frontier baseline is priced on the output with the client's own keys

@@ -29,11 +29,11 @@ def aliases(keys, tokenizer=None, patterns=()):
 
 
 def test_key_words_split_snake_kebab_camel_digits_and_acronyms():
-    assert key_words("extracted_customer_organization_department_name") == [
-        "extracted", "customer", "organization", "department", "name"]
-    assert key_words("invoiceTotalAmountUsd") == ["invoice", "total", "amount", "usd"]
-    assert key_words("HTTPServer-port2name") == ["http", "server", "port", "name"]
-    assert key_words("line item 3 (net)") == ["line", "item", "net"]
+    assert key_words("extracted_customer_organization_department_name") == (
+        "extracted", "customer", "organization", "department", "name")
+    assert key_words("invoiceTotalAmountUsd") == ("invoice", "total", "amount", "usd")
+    assert key_words("HTTPServer-port2name") == ("http", "server", "port", "name")
+    assert key_words("line item 3 (net)") == ("line", "item", "net")
 
 
 def test_candidates_prefer_specific_head_words():

@@ -74,3 +74,20 @@ def test_ledger_savings_fields():
     assert fields["output_token_reduction_pct"] == 45.5
     assert output_token_savings(small, full, "cl100k_base", generated_tokens=7)[
         "raw_schema_output_tokens_equivalent"] == 12
+
+
+def test_report_alias_styles_save_the_same_tokens_on_the_corpus(runner):
+    import os
+    corpus = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "data",
+                          "minify_corpus.jsonl")
+    got = {}
+    for style in ("letters", "semantic"):
+        result = runner.invoke(args=["minify", "report", "--cases", corpus, "--json",
+                                     "--alias-style", style])
+        assert result.exit_code == 0, result.output
+        got[style] = json.loads(result.output)
+        assert got[style]["roundtrip_ok"] is True
+    # a word alias is one token and no dearer than a letter where keys are written
+    assert got["semantic"]["tokens_after"] <= got["letters"]["tokens_after"]
+    result = runner.invoke(args=["minify", "report", "--cases", corpus, "--alias-style", "x"])
+    assert result.exit_code != 0

@@ -1,7 +1,8 @@
 """S02_SCHEMA_MINIFY: rewrite verbose JSON-schema keys (``response_format`` and, with the
 policy's ``minify_tools``, tool parameters) to short one-token aliases before decode,
 and the instructions that mention them (``app.core.minify``); with the policy's
-``minify_enums``, multi-token enum values where only enum values fit, too.
+``minify_enums``, multi-token enum values where only enum values fit, too. The policy's
+``minify_alias_style`` picks the aliases: a word of each key (``semantic``) or letters.
 
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
@@ -28,6 +29,7 @@ class MinifyState:
     tool_maps: dict = field(default_factory=dict)   # function name -> KeyMap
     tokenizer: str = ""
     original_body: dict = field(default_factory=dict)
+    alias_style: str = ""
 
 
 def tokenizer_name(ctx: RequestContext) -> str:
@@ -56,8 +58,11 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     from app.core.minify import (MinifyOptions, minify_response_format, minify_tools,
                                  rewrite_messages)
     from app.minify.tokens import get_counter
+    from app.policies.schema import DEFAULTS
     counter = get_counter(name)
-    options = MinifyOptions(minify_enums=bool(ctx.policy.get("minify_enums", False)))
+    options = MinifyOptions(
+        minify_enums=bool(ctx.policy.get("minify_enums", False)),
+        alias_style=ctx.policy.get("minify_alias_style") or DEFAULTS["minify_alias_style"])
     body = dict(ctx.body)
     keymap = schema = None
     res = minify_response_format(body.get("response_format"), tokenizer=counter,
@@ -74,7 +79,7 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     if keymap is None and not tool_maps:
         return None
     ctx.upstream_body = body
-    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body)
+    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body, options.alias_style)
 
 
 async def run(ctx: RequestContext) -> str:
@@ -87,7 +92,7 @@ async def run(ctx: RequestContext) -> str:
     ctx.key_map = state.keymap
     km = state.keymap
     ctx.telemetry["minify"] = {
-        "tokenizer": state.tokenizer,
+        "tokenizer": state.tokenizer, "alias_style": state.alias_style,
         "aliases": {o if p in ("", "$") else f"{p}.{o}": a
                     for p, o, a in (km.renames if km else ())[:50]},
         "value_aliases": {f"{p}={v}": a for p, v, a in (km.value_renames if km else ())[:50]},
