@@ -27,7 +27,7 @@ from typing import Any
 
 from app.core.minify_alias import (ALIAS_STYLES, DEFAULT_CANDIDATES,  # noqa: F401 (re-export)
                                    TokenCounter, assign_aliases)
-from app.core.minify_structure import Analysis
+from app.core.minify_structure import EXTRA_KW, Analysis
 
 try:  # orjson is a dependency; json is the fallback for exotic values (big ints)
     import orjson
@@ -44,7 +44,7 @@ class Node:
     ``vfwd`` original -> alias; both None unless string values here are minified.
     """
 
-    __slots__ = ("emit", "fwd", "items", "extra", "patterns", "path", "vals", "vfwd")
+    __slots__ = ("emit", "fwd", "items", "extra", "patterns", "path", "vals", "vfwd", "open")
 
     def __init__(self, path: str) -> None:
         self.emit: dict[str, tuple[str, str, Node | None]] = {}
@@ -55,16 +55,20 @@ class Node:
         self.path = path
         self.vals: dict[str, tuple[str, str]] | None = None
         self.vfwd: dict[str, str] | None = None
+        # Any key is the client's own here (``additionalProperties: true``, or an object
+        # that declares no properties and does not forbid extra ones): keep it verbatim,
+        # even when it is spelt like an alias of another location.
+        self.open = False
 
     def unknown_child(self, key: str) -> tuple[Node | None, bool]:
         """Child for a key this location does not declare, and whether the schema allows
-        it explicitly (pattern match or an ``additionalProperties`` schema)."""
+        it explicitly (pattern match, an ``additionalProperties`` schema, an open object)."""
         for pattern, child in self.patterns:
             if pattern.search(key):
                 return child, True
         if self.extra is not None:
             return self.extra, True
-        return None, False
+        return None, self.open
 
 
 @dataclass(frozen=True)
@@ -231,6 +235,7 @@ def _node_graph(an: Analysis, aliases: dict[int, dict[str, str]],
     renames: list[tuple[str, str, str]] = []
     seen_alias: dict[str, tuple[str, str]] = {}
     ambiguous: set[str] = set()
+    open_classes = _open_classes(an)
     for c in sorted({cls.find(v) for v in an.var.values()}):
         node = node_of(c)
         labels = cls.labels[c]
@@ -248,10 +253,31 @@ def _node_graph(an: Analysis, aliases: dict[int, dict[str, str]],
             node.items = node_of(labels["i"])
         if "x" in labels:
             node.extra = node_of(labels["x"])
+        node.open = c in open_classes
         node.patterns = tuple((r, node_of(labels[("pp", p)]) if ("pp", p) in labels else None)
                               for p, r in compiled.get(c, ()))
 
     return nodes, renames, seen_alias, ambiguous
+
+
+def _open_classes(an: Analysis) -> set[int]:
+    """Location classes where any key is the client's: one of their schemas says
+    ``additionalProperties: true``, or none declares properties (a free-form object) and
+    none forbids extra ones."""
+    declared: set[int] = set()
+    forbids: set[int] = set()
+    allows: set[int] = set()
+    seen: set[int] = set()
+    for sch in an.order:
+        c = an.classes.find(an.var[id(sch)])
+        seen.add(c)
+        if isinstance(sch.get("properties"), dict) and sch["properties"]:
+            declared.add(c)
+        if any(sch.get(kw) is False for kw in EXTRA_KW):
+            forbids.add(c)
+        if any(sch.get(kw) is True for kw in EXTRA_KW):
+            allows.add(c)
+    return allows | (seen - declared - forbids)
 
 
 def _value_aliases(an: Analysis, nodes: dict[int, Node], counter: TokenCounter | None

@@ -203,3 +203,29 @@ def test_keys_already_one_token_are_kept_with_a_real_tokenizer():
     assert keymap.renames == (("$", "extracted_customer_name", "a"),)
     assert minify_json({"status": "x", "extracted_customer_name": "y"}, keymap) == {
         "status": "x", "a": "y"}
+
+
+@pytest.mark.parametrize("free_form", [
+    {"type": "object"},                                   # declares nothing, forbids nothing
+    {"type": "object", "additionalProperties": True},
+    {"type": "object", "properties": {"source_system_name": S}, "additionalProperties": True},
+])
+def test_keys_of_a_free_form_object_are_the_clients_even_when_spelt_like_aliases(free_form):
+    """A semantic alias is a real word ("email"); inside an object that takes any key, the
+    same word is the client's own key and must come back as written, whole and streamed."""
+    from app.core.minify import StreamExpander, expand_text
+    schema = obj(customer_email_address=S, request_metadata=free_form)
+    _, keymap = minify_schema(schema, options=MinifyOptions(alias_style="semantic"))
+    alias = keymap.alias_of("$", "customer_email_address")
+    assert alias is not None and alias != "customer_email_address"
+    small = {alias: "x@example.com", keymap.alias_of("$", "request_metadata")
+             or "request_metadata": {alias: "free", "a": 1}}
+    want = {"customer_email_address": "x@example.com",
+            "request_metadata": {alias: "free", "a": 1}}
+    assert expand_json(small, keymap) == want
+    text = json.dumps(small)
+    ex = StreamExpander(keymap)
+    streamed = "".join(ex.feed(ch) for ch in text) + ex.close()
+    assert json.loads(streamed) == want and not ex.problems
+    whole, problems = expand_text(text, keymap)
+    assert json.loads(whole) == want and not problems
