@@ -28,6 +28,9 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": ("GATEWAY_LEDGER_SPOOL_DIR", str),
     "SLUICE_GATEWAY_LEDGER_LINGER_S": ("GATEWAY_LEDGER_LINGER_S", float),
     "SLUICE_GATEWAY_CACHE_WARM": ("GATEWAY_CACHE_WARM", lambda v: v.lower() in {"1", "true", "yes", "on"}),
+    "SLUICE_EMBEDDING_BACKEND": ("EMBEDDING_BACKEND", str),
+    "SLUICE_EMBEDDING_THREADS": ("EMBEDDING_THREADS", int),
+    "SLUICE_EMBEDDING_CACHE_DIR": ("EMBEDDING_CACHE_DIR", str),
     "SLUICE_ENGINE_MODEL": ("ENGINE_MODEL", str),
     "SLUICE_NODE": ("NODE_NAME", str),
     "SLUICE_BUDGET_WEBHOOK_URL": ("BUDGET_WEBHOOK_URL", str),
@@ -61,6 +64,12 @@ class Config:
     # loses none (the next one on the host sends them on). Empty: memory only.
     GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")
     GATEWAY_LEDGER_LINGER_S = 0.02  # batch ledger events this long before writing them
+    # Request embeddings (app.cache.embedding): "auto" runs MiniLM exported to ONNX, cached
+    # under EMBEDDING_CACHE_DIR (empty: $XDG_CACHE_HOME/sluice/embedding), and falls back to
+    # sentence-transformers; "onnx" (no fallback), "torch", "sentence-transformers".
+    EMBEDDING_BACKEND = "auto"
+    EMBEDDING_THREADS = 1           # onnxruntime intra-op threads per process
+    EMBEDDING_CACHE_DIR = ""
     ENGINE_MODEL = "smollm2"
     NODE_NAME = "local"
     BUDGET_WEBHOOK_URL = ""

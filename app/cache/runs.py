@@ -6,6 +6,7 @@ from typing import Iterable
 from flask import current_app
 
 from app.cache.drill import drill_passed, read_pairs, run_cache_poisoning
+from app.cache.embedding import configure_from
 from app.drills.service import finish_run, start_run
 from app.redis_client import get_redis
 
@@ -16,6 +17,7 @@ def run_drill_file(lines: Iterable[str], *, threshold: float | None = None, sour
     from app.drills.service import require_drill_run
     require_drill_run(actor)
     pairs = read_pairs(lines)
+    configure_from(current_app.config)
     run = start_run("cache-poisoning", {"source": source, "threshold": threshold,
                                         "pairs": len(pairs)}, actor=actor)
     try:

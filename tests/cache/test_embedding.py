@@ -181,3 +181,14 @@ def test_two_processes_exporting_at_once_share_one_whole_export(tmp_path):
     entries = list(cache.iterdir())
     assert len(entries) == 1 and not entries[0].name.startswith(".export-")
     assert {p.name for p in entries[0].iterdir()} == {"model.onnx", "probe.json"}
+
+
+def test_the_gateway_configures_its_embedding_from_config(tmp_path, export_dir, restore_settings):
+    """A gateway worker embeds (for the cache and the router) with what its config says."""
+    from app.gateway.stages.s00_cache import GatewayCache
+    from config import load_config
+    GatewayCache(load_config("test", environ={"SLUICE_EMBEDDING_CACHE_DIR": str(export_dir)}))
+    assert embedding.current_settings() == {"backend": "auto", "threads": 1, "cache_dir": export_dir}
+    assert embedding.get_encoder().name == "onnx"
+    GatewayCache(load_config("test", environ={"SLUICE_EMBEDDING_BACKEND": "torch"}))
+    assert embedding.get_encoder().name == "torch"

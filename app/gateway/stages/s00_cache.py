@@ -29,9 +29,11 @@ class GatewayCache:
     """The worker's cache store (sync Redis client, Qdrant write-through), built lazily."""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        from app.cache.embedding import configure_from
         self.config = config
         self._store = None
         self._lock = threading.Lock()
+        configure_from(config)  # how this process embeds (the router's embedding too)
 
     @property
     def store(self):
@@ -63,10 +65,11 @@ class GatewayCache:
 
 
 def warm() -> None:
-    """Load the embedding model (slow, seconds) so the first request does not wait."""
+    """Load the embedding encoder (seconds; the first time on a host it exports the model
+    to ONNX) so the first request does not wait."""
     try:
-        from app.cache.embedding import get_model
-        get_model()
+        from app.cache.embedding import get_encoder
+        get_encoder()
     except Exception:  # noqa: BLE001 - a cold model is loaded on first use instead
         log.exception("embedding model warm-up failed")
 
