@@ -2,6 +2,7 @@
 on the same pairs and MiniLM embeddings, and lookup latency at 1k and 50k cached entries.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/cache.py [--sizes 1000 50000] [--probes 300] [--crowd 5000]
+        [--threads 1] [--embedding auto|onnx|torch|sentence-transformers]
 
 GPTCache is imported only here (bench/cache_baselines.py runs its real pipeline); install it
 outside .venv, e.g.
@@ -26,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from app.cache.embedding import embed, embed_many  # noqa: E402
+from app.cache.embedding import BACKENDS, configure, embed, embed_many, get_encoder  # noqa: E402
 from app.cache.keys import build_key  # noqa: E402
 from app.cache.store import CacheStore  # noqa: E402
 from app.core.entities import entity_profile, profiles_compatible  # noqa: E402
@@ -292,13 +293,18 @@ def main() -> None:
     ap.add_argument("--probes", type=int, default=300)
     ap.add_argument("--crowd", type=int, default=5000, help="entries in the crowded bucket (0: skip)")
     ap.add_argument("--threads", type=int, default=0,
-                    help="torch intra-op threads for the embedding (0: torch's default)")
+                    help="intra-op threads for the embedding, torch's and onnxruntime's "
+                         "(0: torch's default, 1 for onnxruntime)")
+    ap.add_argument("--embedding", default="auto", choices=BACKENDS,
+                    help="how embeddings are computed (app.cache.embedding.configure)")
     args = ap.parse_args()
     import torch
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f} "
-          f"on {os.cpu_count()} CPUs (latency figures include the embedding where stated)")
+    configure(args.embedding, threads=args.threads or 1)
+    print(f"embedding: {get_encoder().name} (asked: {args.embedding}), torch threads "
+          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} "
+          f"CPUs (latency figures include the embedding where stated)")
     from cache_baselines import load_gptcache
     with_gptcache = load_gptcache()
     if not with_gptcache:
