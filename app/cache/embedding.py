@@ -104,13 +104,60 @@ def semantic_text(messages: Sequence[dict]) -> str:
     for msg in messages or ():
         if msg.get("role") not in ("user", "system", "developer"):
             continue
-        content = msg.get("content")
-        if isinstance(content, list):  # OpenAI content parts
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-        text = " ".join(str(content or "").split())
+        text = _content_text(msg.get("content"))
         if text:
             parts.append(text)
     return "\n".join(parts)
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, list):  # OpenAI content parts
+        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return " ".join(str(content or "").split())
+
+
+def question_text(messages: Sequence[dict]) -> str:
+    """What the request embedding is made of: the last user turn (whitespace folded).
+
+    Everything before it (system prompt, tools, earlier turns) is bound exactly by the
+    cache key's history hash, so only the new question needs comparing by meaning; and the
+    model reads at most ``max_seq_length`` tokens, so a 4,500-token system prompt in front
+    would leave the question out of the vector. No user turn: the whole conversation."""
+    for msg in reversed(messages or ()):
+        if msg.get("role") == "user":
+            text = _content_text(msg.get("content"))
+            if text:
+                return text
+            break
+    return semantic_text(messages)
+
+
+_window_tok: Any = None
+# BERT's tokenizer never makes more tokens than characters, and English runs ~4-5
+# characters a token: longer than this many characters per window token never fits.
+_MAX_CHARS_PER_TOKEN = 16
+
+
+def fits_window(text: str) -> bool:
+    """Whether the embedding model sees all of ``text`` (not cut at max_seq_length), i.e.
+    two texts that differ anywhere can embed differently."""
+    global _window_tok
+    from app.cache.encoders import max_seq_length, model_dir
+    if _window_tok is None:
+        with _lock:
+            if _window_tok is None:
+                from tokenizers import Tokenizer as HFTokenizer
+                mdir = model_dir()
+                tok = HFTokenizer.from_file(str(mdir / "tokenizer.json"))
+                tok.no_truncation()
+                tok.no_padding()
+                _window_tok = (tok, max_seq_length(mdir))
+    tok, window = _window_tok
+    if len(text) <= window - 2:  # [CLS] and [SEP] take two places
+        return True
+    if len(text) > window * _MAX_CHARS_PER_TOKEN:
+        return False
+    return len(tok.encode(text).ids) <= window
 
 
 def embed(text: str) -> np.ndarray:

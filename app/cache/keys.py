@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from app.cache.embedding import semantic_text
+from app.cache.embedding import fits_window, question_text, semantic_text
 from app.core.entities import EntityProfile, entity_profile
 
 # Body fields that change the answer (besides messages and the model).
@@ -53,8 +53,9 @@ class CacheKey:
     model: str
     exact_hash: str         # the whole request: exact-cache key
     history_hash: str       # every turn before the last user turn
-    text: str               # what is embedded
-    profile: EntityProfile
+    text: str               # what is embedded: the last user turn
+    profile: EntityProfile  # of the whole conversation
+    semantic: bool = True   # the embedding sees all of ``text``; else exact matches only
 
     @property
     def composite(self) -> str:
@@ -76,8 +77,9 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
     last_user = max((i for i, m in enumerate(norm) if m.get("role") == "user"), default=len(norm))
     exact = _h([tenant, ph, sv, model, sampling, norm])
     history = _h([norm[:last_user], sampling])
-    text = semantic_text(messages)
-    return CacheKey(tenant, ph, sv, model, exact, history, text, entity_profile(text))
+    text = question_text(messages)
+    return CacheKey(tenant, ph, sv, model, exact, history, text,
+                    entity_profile(semantic_text(messages)), fits_window(text))
 
 
 def is_cacheable_request(body: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:

@@ -164,7 +164,10 @@ class CacheStore:
                exact: bool = True) -> CacheHit | None:
         """Exact hit first (unless ``exact`` is False: the caller just looked); then the best
         semantic candidate in the key's bucket whose entity guard agrees and whose cosine is
-        >= ``threshold``."""
+        >= ``threshold``. A key whose text the embedding does not see whole matches
+        exactly or not at all."""
+        if not key.semantic:
+            embedding = None
         if self.redis_available():
             try:
                 hit = self._lookup_redis(key, embedding, threshold, exact)
@@ -236,6 +239,8 @@ class CacheStore:
         """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``."""
         if ttl_s <= 0:
             return False
+        if not key.semantic:
+            embedding = None
         now = time.time()
         entry = {"response": response, "request_id": request_id, "created": now,
                  "workflow": workflow or ""}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import redis
 
-from app.cache.embedding import embed, semantic_text
+from app.cache.embedding import embed, fits_window, question_text, semantic_text
 from app.cache.keys import build_key, is_cacheable_request, is_cacheable_response
 from app.cache.store import CacheStore
 from app.policies.schema import DEFAULTS
@@ -203,3 +203,47 @@ def test_semantic_text_covers_user_and_system_turns():
             {"role": "assistant", "content": "ignored"},
             {"role": "user", "content": [{"type": "text", "text": "parts  too"}]}]
     assert semantic_text(msgs) == "Be terse.\nHi there\nparts too"
+
+
+
+def test_question_text_is_the_last_user_turn():
+    msgs = [{"role": "system", "content": "Be  terse."}, {"role": "user", "content": "Hi\n there"},
+            {"role": "assistant", "content": "ignored"},
+            {"role": "user", "content": [{"type": "text", "text": "parts  too"}]}]
+    assert question_text(msgs) == "parts too"
+    assert question_text([{"role": "system", "content": "Only  a system turn"}]) == \
+        "Only a system turn"
+
+
+LONG_SYSTEM = " ".join(f"Rule {i}: answer support questions politely and cite the handbook "
+                       f"section that applies." for i in range(400))  # ~6,000 tokens
+
+
+def _sys_body(question):
+    return {"model": "auto", "temperature": 0, "messages": [
+        {"role": "system", "content": LONG_SYSTEM}, {"role": "user", "content": question}]}
+
+
+def test_different_questions_under_one_long_system_prompt_never_share_an_answer(store):
+    """The embedding reads 256 tokens: with the system prompt in front, every question under
+    it would embed the same and meet the same entity signature (none)."""
+    key = build_key("t1", POLICY, "auto", _sys_body("How do I reset my password?"))
+    store.store(key, embed(key.text), answer("Use the reset link."), "req-long", 60)
+    other = build_key("t1", POLICY, "auto", _sys_body("How do I update my billing address?"))
+    assert other.composite == key.composite  # same bucket: only the vector tells them apart
+    assert store.lookup(other, embed(other.text), TH) is None
+    near = build_key("t1", POLICY, "auto", _sys_body("How do I reset my password"))
+    hit = store.lookup(near, embed(near.text), TH)
+    assert hit is not None and hit.kind == "semantic"
+
+
+def test_a_question_longer_than_the_embedding_window_matches_exactly_or_not_at_all(store):
+    long_q = " ".join(["Please summarise the following incident log line by line."]
+                      + [f"step {i} the service restarted cleanly" for i in range(120)])
+    assert not fits_window(long_q) and fits_window("How do I reset my password?")
+    key = build_key("t1", POLICY, "auto", body(long_q + " Finally it recovered."))
+    assert not key.semantic
+    store.store(key, embed(key.text), answer("summary A"), "req-win", 60)
+    tail = build_key("t1", POLICY, "auto", body(long_q + " Finally it crashed."))
+    assert store.lookup(tail, embed(tail.text), TH) is None
+    assert store.lookup(key, embed(key.text), TH).kind == "exact"

@@ -11,7 +11,7 @@ from tests.gateway.conftest import make_world, publish_and_wait, wait_for
 
 SYSTEM = {"role": "system", "content": "You answer geography questions."}
 ASK = [SYSTEM, {"role": "user", "content": "What is the capital city of France?"}]
-REWORDED = [SYSTEM, {"role": "user", "content": "what is the capital city of France"}]
+REWORDED = [SYSTEM, {"role": "user", "content": "What's the capital city of France?"}]
 
 
 def _stored(redis_client, ns: str, tenant_id: int, n: int = 1) -> None:

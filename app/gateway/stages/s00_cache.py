@@ -76,9 +76,9 @@ def warm() -> None:
 
 def embedding(ctx: RequestContext):
     """The request's one embedding, computed on first need (cache or router)."""
-    from app.cache.embedding import embed, semantic_text
+    from app.cache.embedding import embed, question_text
     if ctx.embedding is None:
-        text = ctx.cache_key.text if ctx.cache_key is not None else semantic_text(
+        text = ctx.cache_key.text if ctx.cache_key is not None else question_text(
             ctx.body.get("messages") or [])
         ctx.embedding = embed(text)
     return ctx.embedding
