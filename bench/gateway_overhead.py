@@ -1,7 +1,7 @@
 """Added latency of the gateway over calling the same fast local upstream directly.
 
     .venv/bin/python bench/gateway_overhead.py [--seconds 4] [--levels 1,32,256]
-                                               [--litellm /tmp/litellm-venv]
+                                               [--litellm /tmp/litellm-venv] [--cacheable]
 
 Real processes: a minimal OpenAI-compatible upstream (uvicorn), the gateway (gunicorn +
 uvicorn worker, 1 worker: this is a 2-core box shared with the upstream and the load
@@ -10,7 +10,14 @@ non-streaming chat completions back to back for a fixed time. For each concurren
 prints p50/p99 latency and req/s direct, through the gateway, and through LiteLLM's proxy
 (if a venv with ``litellm[proxy]`` exists at --litellm or $SLUICE_BENCH_LITELLM),
 and the added p50/p99 over direct. The gateway gets its config the production way: a
-snapshot in Redis ($SLUICE_REDIS_URL, a throwaway namespace).
+snapshot in Redis ($SLUICE_REDIS_URL, a throwaway namespace), and spools its ledger
+events as in production.
+
+The default request has no ``temperature`` (OpenAI's default, 1.0), so S00 does not
+probe the cache: that is the proxy's own overhead. ``--cacheable`` adds a row
+``sluice+s00``: the same gateway sent ``temperature: 0`` requests that each differ (all
+cache misses), so every request pays S00 in full: one MiniLM embedding on this CPU, the
+exact and semantic lookups, and the background store of the answer.
 """
 from __future__ import annotations
 
@@ -62,12 +69,37 @@ async def upstream_app(scope, receive, send):
 
 # ---------------------------------------------------------------- load generator process
 
-async def _one_conn(host: str, port: int, request: bytes, stop_at: float, warm_until: float,
-                    lat: list[float], errors: list[int], warm_count: list[int]) -> None:
+def _request(host: str, port: str, path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+def _nonce_body(n: int) -> bytes:
+    """A cacheable request (temperature 0) that no earlier one matches."""
+    return json.dumps({"model": "tier-1", "temperature": 0, "max_tokens": 8, "messages": [
+        {"role": "system", "content": "You are a benchmark."},
+        {"role": "user", "content": f"Say hello to customer {n}."}]}).encode()
+
+
+async def _one_conn(host: str, port: int, make_request, stop_at: float, warm_until: float,
+                    lat: list[float], errors: list[int], warm_count: list[int],
+                    interval: float = 0.0, first_at: float = 0.0) -> None:
+    """Closed loop (``interval`` 0): back to back. Open loop: one request every
+    ``interval`` s from ``first_at``; latency counts from when it was due, so a late start
+    (the server fell behind) is not hidden."""
     reader, writer = await asyncio.open_connection(host, port)
+    due = first_at
     try:
         while True:
-            t0 = time.perf_counter()
+            request = make_request()
+            if interval:
+                now = time.perf_counter()
+                if due > now:
+                    await asyncio.sleep(due - now)
+                t0, due = due, due + interval
+            else:
+                t0 = time.perf_counter()
             if t0 >= stop_at:
                 return
             writer.write(request)
@@ -95,18 +127,30 @@ async def _one_conn(host: str, port: int, request: bytes, stop_at: float, warm_u
         writer.close()
 
 
-async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float) -> dict:
+async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float,
+                   mode: str = "plain", rate: float = 0.0) -> dict:
     host, port = url.split("//")[1].split(":")
-    request = (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-               f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY
+    if mode == "nonce":
+        counter = iter(range(10**12))
+        base = uuid.uuid4().int % 10**6 * 10**6  # unique across runs of one gateway
+
+        def make_request() -> bytes:
+            return _request(host, port, path, _nonce_body(base + next(counter)))
+    else:
+        fixed = _request(host, port, path, BODY)
+
+        def make_request() -> bytes:
+            return fixed
     lat: list[float] = []
     errors: list[int] = []
     warm_count = [0]
     start = time.perf_counter()
     warm_until, stop_at = start + warm, start + warm + seconds
-    results = await asyncio.gather(*[_one_conn(host, int(port), request, stop_at, warm_until,
-                                               lat, errors, warm_count) for _ in range(conc)],
+    interval = conc / rate if rate else 0.0
+    results = await asyncio.gather(*[_one_conn(host, int(port), make_request, stop_at, warm_until,
+                                               lat, errors, warm_count, interval,
+                                               start + 0.2 + interval * i / conc)
+                                     for i in range(conc)],
                                    return_exceptions=True)
     exc = [repr(r) for r in results if isinstance(r, BaseException)]
     warm_n = warm_count[0]
@@ -128,12 +172,13 @@ def free_port() -> int:
     return port
 
 
-def wait_http(url: str, timeout: float = 60.0, headers: dict | None = None) -> None:
+def wait_http(url: str, timeout: float = 60.0, headers: dict | None = None,
+              body: bytes = BODY) -> None:
     import httpx
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            r = httpx.post(url, content=BODY, headers={"authorization": f"Bearer {KEY}",
+            r = httpx.post(url, content=body, headers={"authorization": f"Bearer {KEY}",
                                                        "content-type": "application/json",
                                                        **(headers or {})}, timeout=5)
             if r.status_code == 200:
@@ -158,9 +203,10 @@ def snapshot(upstream: str) -> dict:
             "global_policy": dict(DEFAULTS)}
 
 
-def run_load(url: str, path: str, conc: int, seconds: float, warm: float) -> dict:
+def run_load(url: str, path: str, conc: int, seconds: float, warm: float,
+             mode: str = "plain", rate: float = 0.0) -> dict:
     out = subprocess.run([sys.executable, __file__, "--loadgen", url, path, str(conc),
-                          str(seconds), str(warm)], capture_output=True, text=True,
+                          str(seconds), str(warm), mode, str(rate)], capture_output=True, text=True,
                          timeout=seconds + warm + 60)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -183,6 +229,24 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def print_table(results: dict[int, dict[str, dict]]) -> None:
+    print(f"{'conc':>5} {'target':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
+          f"{'+p50 ms':>8} {'+p99 ms':>8} {'cpu us/req':>10} {'errors':>6}")
+    for conc, row in results.items():
+        base = row["direct"]
+        for name, res in row.items():
+            add50 = add99 = ""
+            if name != "direct" and res["p50_ms"] is not None:
+                add50 = f"{res['p50_ms'] - base['p50_ms']:.2f}"
+                add99 = f"{res['p99_ms'] - base['p99_ms']:.2f}"
+            p50 = f"{res['p50_ms']:.2f}" if res["p50_ms"] is not None else "-"
+            p99 = f"{res['p99_ms']:.2f}" if res["p99_ms"] is not None else "-"
+            print(f"{conc:>5} {name:>10} {p50:>8} {p99:>8} {res['rps']:>8.0f} "
+                  f"{add50:>8} {add99:>8} {res['cpu_us']:>10.0f} {res['errors']:>6}")
+            if res["errors"]:
+                print(f"      {name} error sample: {res['error_sample']}")
+
+
 def start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT)
@@ -194,6 +258,10 @@ def main() -> None:
     ap.add_argument("--warm", type=float, default=1.0)
     ap.add_argument("--levels", default="1,32,256")
     ap.add_argument("--gateway-workers", type=int, default=1)
+    ap.add_argument("--open-rate", type=float, default=0.0,
+                    help="also run each level open loop at this many req/s in total")
+    ap.add_argument("--cacheable", action="store_true",
+                    help="also time temperature-0 requests that pay S00 (all misses)")
     ap.add_argument("--litellm", default=os.environ.get("SLUICE_BENCH_LITELLM",
                                                         "/tmp/litellm-venv"))
     args = ap.parse_args()
@@ -204,6 +272,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-"))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "SLUICE_REDIS_URL": redis_url, "SLUICE_REDIS_NAMESPACE": ns, "SLUICE_ENV": "dev",
+           "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": str(tmp / "spool"),
+           "SLUICE_QDRANT_PATH": str(tmp / "qdrant"), "SLUICE_GATEWAY_CACHE_WARM": "1",
            "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen] = []
     r = redis.Redis.from_url(redis_url)
@@ -226,6 +296,15 @@ def main() -> None:
                    "sluice": (f"http://127.0.0.1:{gw_port}", "/v1/chat/completions")}
         wait_http(upstream + "/v1/chat/completions")
         wait_http(targets["sluice"][0] + "/v1/chat/completions")
+        if args.cacheable:
+            targets["sluice+s00"] = targets["sluice"]
+            # the embedding model loads in the background at start: wait until a
+            # cacheable request is served in embedding time, not loading time
+            for i in range(200):
+                t0 = time.perf_counter()
+                wait_http(targets["sluice"][0] + "/v1/chat/completions", body=_nonce_body(i))
+                if time.perf_counter() - t0 < 0.2:
+                    break
         litellm_bin = Path(args.litellm) / "bin" / "litellm"
         litellm_note = ""
         if litellm_bin.exists():
@@ -253,36 +332,35 @@ def main() -> None:
                             "/tmp/litellm-venv && /tmp/litellm-venv/bin/pip install "
                             "'litellm[proxy]')")
         # CPU the proxy itself burns per request: a figure other load on the box cannot skew
-        owners = {"direct": procs[0].pid, "sluice": procs[1].pid}
+        owners = {"direct": procs[0].pid, "sluice": procs[1].pid,
+                  "sluice+s00": procs[1].pid}
         if "litellm" in targets:
             owners["litellm"] = procs[2].pid
-        results: dict[int, dict[str, dict]] = {}
-        for conc in levels:
-            results[conc] = {}
-            for name, (url, path) in targets.items():
-                cpu0 = tree_cpu_s(owners[name])
-                res = run_load(url, path, conc, args.seconds, args.warm)
-                total = res["n"] + res.get("warm_n", 0)
-                res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
-                results[conc][name] = res
+        def measure(rate: float) -> dict[int, dict[str, dict]]:
+            results: dict[int, dict[str, dict]] = {}
+            for conc in levels:
+                results[conc] = {}
+                for name, (url, path) in targets.items():
+                    cpu0 = tree_cpu_s(owners[name])
+                    res = run_load(url, path, conc, args.seconds, args.warm,
+                                   "nonce" if name == "sluice+s00" else "plain", rate)
+                    total = res["n"] + res.get("warm_n", 0)
+                    res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
+                    results[conc][name] = res
+            return results
+
+        runs = [("closed loop: each connection sends its next request when the last "
+                 "answer arrived", measure(0.0))]
+        if args.open_rate:
+            runs.append((f"open loop: {args.open_rate:g} req/s offered in total, spread over "
+                         "the connections; latency from when each request was due",
+                         measure(args.open_rate)))
         print(f"gateway overhead, non-streaming chat completions, {args.seconds:g}s per cell, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
               f"{args.gateway_workers} gateway worker(s)")
-        print(f"{'conc':>5} {'target':>8} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
-              f"{'+p50 ms':>8} {'+p99 ms':>8} {'cpu us/req':>10} {'errors':>6}")
-        for conc, row in results.items():
-            base = row["direct"]
-            for name, res in row.items():
-                add50 = add99 = ""
-                if name != "direct" and res["p50_ms"] is not None:
-                    add50 = f"{res['p50_ms'] - base['p50_ms']:.2f}"
-                    add99 = f"{res['p99_ms'] - base['p99_ms']:.2f}"
-                p50 = f"{res['p50_ms']:.2f}" if res["p50_ms"] is not None else "-"
-                p99 = f"{res['p99_ms']:.2f}" if res["p99_ms"] is not None else "-"
-                print(f"{conc:>5} {name:>8} {p50:>8} {p99:>8} {res['rps']:>8.0f} "
-                      f"{add50:>8} {add99:>8} {res['cpu_us']:>10.0f} {res['errors']:>6}")
-                if res["errors"]:
-                    print(f"      {name} error sample: {res['error_sample']}")
+        for title, results in runs:
+            print(f"\n{title}")
+            print_table(results)
         if litellm_note:
             print(litellm_note)
     finally:
@@ -299,8 +377,9 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--loadgen":
-        url, path, conc, secs, warm = sys.argv[2:7]
-        print(json.dumps(asyncio.run(_loadgen(url, path, int(conc), float(secs), float(warm)))))
+        url, path, conc, secs, warm, mode, rate = sys.argv[2:9]
+        print(json.dumps(asyncio.run(_loadgen(url, path, int(conc), float(secs), float(warm),
+                                              mode, float(rate)))))
     else:
         sys.path.insert(0, str(ROOT))
         main()
