@@ -242,17 +242,19 @@ def _expand_valid(text: str, keymap: KeyMap) -> tuple[str, list[str]]:
     parts: list[str] = []
     last = 0
     stack: list[list] = []  # [node of this object / of the array's items, is_object, child]
+
+    def here() -> Node | None:
+        """The node of a value starting at this point of the text."""
+        if not stack:
+            return keymap.root
+        return stack[-1][2] if stack[-1][1] else stack[-1][0]
+
     for m in _TOKENS.finditer(text):
         raw = m.group(1)
         if raw is None:
             c = m.group(3)
             if c == "{" or c == "[":
-                if not stack:
-                    node = keymap.root
-                elif stack[-1][1]:
-                    node = stack[-1][2]
-                else:
-                    node = stack[-1][0]
+                node = here()
                 if c == "{":
                     stack.append([node, True, None])
                 else:
@@ -271,12 +273,7 @@ def _expand_valid(text: str, keymap: KeyMap) -> tuple[str, list[str]]:
             else:
                 new, top[2] = _unknown_key_text(key, raw, node, keymap, problems)
         else:  # a string value
-            if not stack:
-                node = keymap.root
-            elif stack[-1][1]:
-                node = stack[-1][2]
-            else:
-                node = stack[-1][0]
+            node = here()
             if node is None or node.vals is None:
                 continue
             hit = node.vals.get(json.loads('"' + raw + '"') if "\\" in raw else raw)

@@ -41,6 +41,20 @@ def _ping(r) -> bool:
         return False
 
 
+def outage_gateway(port: int, ns: str, tmp_path, **config) -> tuple[redis.Redis, Server]:
+    """A gateway on the private Redis at ``port``, its snapshot published there."""
+    r = redis.Redis(port=port)
+    snap = {**build_snapshot(), "version": 1}
+    r.set(f"{ns}:snapshot:data", json.dumps(snap))
+    r.set(f"{ns}:snapshot:version", 1)
+    gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
+                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1,
+                                       "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool"),
+                                       **config}),
+                log_dir=tmp_path)
+    return r, gw
+
+
 @pytest.fixture()
 def private_redis(tmp_path):
     port = int(dead_url().rsplit(":", 1)[1])
@@ -56,14 +70,7 @@ def test_gateway_survives_redis_outage(app, gateway, fake_replicas, frontier, pr
     port, procs, rdir = private_redis
     world = make_world(app, gateway, [fake_replicas[0].url], frontier.url)
     ns = "outage"
-    r = redis.Redis(port=port)
-    snap = {**build_snapshot(), "version": 1}
-    r.set(f"{ns}:snapshot:data", json.dumps(snap))
-    r.set(f"{ns}:snapshot:version", 1)
-    gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
-                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1,
-                                       "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool")}),
-                log_dir=tmp_path)
+    r, gw = outage_gateway(port, ns, tmp_path)
     try:
         auth = {"authorization": f"Bearer {world.key}"}
         body = {"model": "tier-1", "messages": [{"role": "user", "content": "still here"}]}
@@ -93,15 +100,7 @@ def test_cacheable_request_during_redis_outage_is_served_as_a_miss(
     port, procs, _ = private_redis
     world = make_world(app, gateway, [fake_replicas[0].url], frontier.url)
     ns = "outage-cache"
-    r = redis.Redis(port=port)
-    snap = {**build_snapshot(), "version": 1}
-    r.set(f"{ns}:snapshot:data", json.dumps(snap))
-    r.set(f"{ns}:snapshot:version", 1)
-    gw = Server("gateway", json.dumps({"REDIS_URL": f"redis://127.0.0.1:{port}/0",
-                                       "REDIS_NAMESPACE": ns, "GATEWAY_SNAPSHOT_POLL_S": 0.1,
-                                       "QDRANT_PATH": "",  # Redis is the only cache store
-                                       "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path / "spool")}),
-                log_dir=tmp_path)
+    r, gw = outage_gateway(port, ns, tmp_path, QDRANT_PATH="")  # Redis: the only cache store
     try:
         auth = {"authorization": f"Bearer {world.key}"}
         body = {"model": "tier-1", "temperature": 0,
