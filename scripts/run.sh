@@ -24,7 +24,7 @@ fi
 
 .venv/bin/flask --app wsgi db upgrade
 .venv/bin/flask --app wsgi sluice init
-.venv/bin/celery -A workers.celery_app worker -B -Q "default,pool.${SLUICE_NODE:-local}" \
+.venv/bin/celery -A workers.celery_app worker -B --schedule var/celerybeat-schedule -Q "default,pool.${SLUICE_NODE:-local}" \
   --concurrency 2 --loglevel INFO >var/log/worker.log 2>&1 &
 pids+=($!)
 .venv/bin/flask --app wsgi sluice start-pools
