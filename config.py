@@ -59,7 +59,7 @@ class Config:
     GATEWAY_URL = "http://127.0.0.1:8400"
     GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
     GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long
-    GATEWAY_CACHE_WARM = False      # load the embedding model at gateway start
+    GATEWAY_CACHE_WARM = False      # load the embedding model (and xgrammar) at gateway start
     # Ledger events are spooled here before the answer's last byte, so a killed gateway
     # loses none (the next one on the host sends them on). Empty: memory only.
     GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")

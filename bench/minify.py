@@ -7,13 +7,16 @@ The corpus holds realistic verbose enterprise schemas with an output valid under
 its first 22 lines are the original corpus, the rest use $defs/$ref/anyOf/oneOf and the
 verbose enum values enterprise systems emit. Outputs are counted as compact JSON
 (separators "," ":") unless a section says otherwise. Streaming chunks are the minified
-output cut at cl100k token boundaries (one SSE delta per token). Prints what it measured;
+output cut at cl100k token boundaries (one SSE delta per token). The "as deployed" section
+counts what the engine writes without Sluice (xgrammar's ", " ": ") against what it writes
+behind Sluice on a pool tier (compact grammar). Prints what it measured;
 nothing here asserts a threshold. "keys" rows use letter aliases (a, b, ...), "semantic"
 rows a one-token word of each key (policy minify_alias_style).
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -178,19 +181,27 @@ def reduction(cases: list[dict]) -> None:
 
 
 def whitespace(cases: list[dict]) -> None:
-    print("\nseparators are output tokens too (all cases, +enums). The reference engine "
-          "compiles the schema\nwith xgrammar's default separators ', ' and ': '; vLLM "
-          "with disable_any_whitespace writes ',' ':'\n(compact); without it the model may "
-          "add any whitespace")
+    print("\nas deployed: separators are output tokens too (all cases). Without Sluice a grammar "
+          "engine writes\nxgrammar's default ', ' and ': ' (the reference engine; vLLM with "
+          "disable_any_whitespace; without it\nthe model picks any whitespace). On a pool tier "
+          "S02 sends the minified schema as a grammar with\n',' and ':' (policy "
+          "minify_compact_json, vLLM's structured_outputs.grammar); an external tier takes\n"
+          "no grammar and keeps response_format, so there only the keys change (the 'spaced' "
+          "column)")
     spaced, compact = (", ", ": "), (",", ":")
     for name in TOKENIZERS:
         counter = get_counter(name)
-        for label, opts in (("keys+enums", ENUMS), ("semantic+enums", SEMANTIC_ENUMS)):
+        clear_cache()
+        for label, opts in OPTION_SETS:
             b_sp, a_sp, _ = totals(cases, counter, opts, spaced)
-            b_c, a_c, _ = totals(cases, counter, opts, compact)
-            print(f"  {name:<12} {label:<15} spaced {b_sp} -> {a_sp} ({1 - a_sp / b_sp:.1%})"
-                  f"   compact {b_c} -> {a_c} ({1 - a_c / b_c:.1%})   spaced original -> "
-                  f"compact minified {b_sp} -> {a_c} ({1 - a_c / b_sp:.1%})")
+            _, a_c, _ = totals(cases, counter, opts, compact)
+            per_pool = [1 - counter.count(dumps(minify_json(c["output"], km)))
+                        / counter.count(dumps(c["output"], spaced))
+                        for c, km in ((c, minify_schema(c["schema"], tokenizer=counter,
+                                                        options=opts)[1]) for c in cases)]
+            print(f"  {name:<12} {label:<15} spaced {b_sp:5d} -> {a_sp:5d} ({1 - a_sp / b_sp:5.1%})"
+                  f"   pool tier: spaced original -> compact minified {b_sp:5d} -> {a_c:5d} "
+                  f"({1 - a_c / b_sp:5.1%}, per case {min(per_pool):.1%} .. {max(per_pool):.1%})")
 
 
 # ------------------------------------------------------------------ latency
@@ -292,6 +303,29 @@ def minify_cost(cases: list[dict], repeat: int) -> None:
         print(f"  minify_schema, cache miss       {fmt_us(acc[label]['cold'])}")
         print(f"  minify_schema, cache hit        {fmt_us(acc[label]['warm'])}")
         print(f"  rewrite_messages                {fmt_us(acc[label]['msgs'])}")
+    _grammar_cost(cases, counter, repeat)
+
+
+def _grammar_cost(cases: list[dict], counter, repeat: int) -> None:
+    """The compact grammar (pool tiers): built once per minified schema, then cached."""
+    from app.core.minify_compact import _grammar, compact_grammar
+    importlib.import_module("xgrammar")  # the import (once per process) is no per-schema cost
+    schemas = [minify_schema(c["schema"], tokenizer=counter, options=SEMANTIC)[0] for c in cases]
+    cold, warm, size = [], [], []
+    for _ in range(max(1, repeat // 60)):
+        _grammar.cache_clear()
+        for schema in schemas:
+            t0 = time.perf_counter()
+            g = compact_grammar(schema)
+            cold.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            compact_grammar(schema)
+            warm.append(time.perf_counter() - t0)
+            size.append(len(g or ""))
+    print(f"\ncompact grammar for a pool tier (semantic aliases; EBNF of {min(size)}.."
+          f"{max(size)} chars)")
+    print(f"  compact_grammar, cache miss     {fmt_us(cold)}")
+    print(f"  compact_grammar, cache hit      {fmt_us(warm)}")
 
 
 def main() -> None:

@@ -9,6 +9,9 @@ Conditions (same documents, same client instructions that name the fields):
                   mentions of keys in the instructions rewritten to aliases
   semantic        prefix with semantic aliases: a one-token word of each key
                   (customer_email_address -> email; policy minify_alias_style)
+  semantic+compact  semantic, with the minified schema sent as a grammar with "," and ":"
+                  separators (what S02 sends a pool tier: policy minify_compact_json);
+                  the other conditions get the schema, which xgrammar writes with ", " ": "
   keep            letter aliases, descriptions kept as they were
   legend          prefix + a system line that says what each alias means
   legend+enums    legend with enum values aliased too (policy minify_enums)
@@ -47,7 +50,8 @@ INSTRUCTIONS = ("Read the support e-mail and answer in JSON with customer_full_n
                 "customer_email_address, ticket_priority_level (HIGH_PRIORITY_SERVICE_DOWN "
                 "if the product is down, else LOW_PRIORITY_ROUTINE_REQUEST), "
                 "affected_product_name and requested_refund_flag.")
-CONDITIONS = ("original", "prefix", "semantic", "keep", "legend", "legend+enums")
+CONDITIONS = ("original", "prefix", "semantic", "semantic+compact", "keep", "legend",
+              "legend+enums")
 
 
 def request_for(condition: str, text: str, counter) -> tuple[list[dict], dict, object]:
@@ -56,8 +60,12 @@ def request_for(condition: str, text: str, counter) -> tuple[list[dict], dict, o
         return messages, FMT, None
     options = MinifyOptions(describe="keep" if condition == "keep" else "prefix",
                             minify_enums=condition.endswith("enums"),
-                            alias_style="semantic" if condition == "semantic" else "letters")
+                            alias_style="semantic" if condition.startswith("semantic")
+                            else "letters")
     rf, keymap = minify_response_format(FMT, tokenizer=counter, options=options)
+    if condition.endswith("compact"):
+        from app.core.minify_compact import compact_grammar
+        rf = {"type": "grammar", "grammar": compact_grammar(rf["json_schema"]["schema"])}
     messages = rewrite_messages(messages, keymap)
     if condition.startswith("legend"):
         system = messages[0]["content"] + "\n" + legend_text(keymap)
@@ -108,7 +116,8 @@ def main() -> None:
     counter = get_counter("smollm2")
     engine = Engine(resolve_model_path("smollm2"), "smollm2")
     print(f"{len(items)} support e-mails x {len(SCHEMA['properties'])} fields, SmolLM2-135M "
-          f"greedy, grammar from the schema (xgrammar, no whitespace)")
+          f"greedy, grammar from the schema (xgrammar, fixed separators: ', ' ': ' or, for "
+          f"+compact, ',' ':')")
     totals = {c: [0, 0, 0, 0] for c in conditions}  # correct, fields, prompt, completion
     per_field = {c: {k: 0 for k in SCHEMA["properties"]} for c in conditions}
     answers: dict[str, list[str]] = {c: [] for c in conditions}
@@ -125,13 +134,13 @@ def main() -> None:
             t[2] += p_tok
             t[3] += c_tok
     print(f"({time.time() - t0:.0f} s)\n")
-    print(f"{'condition':<14}{'fields right':>14}{'prompt tok':>12}{'output tok':>12}")
+    print(f"{'condition':<18}{'fields right':>14}{'prompt tok':>12}{'output tok':>12}")
     for cond, (ok, n, p_tok, c_tok) in totals.items():
-        print(f"{cond:<14}{ok:>7}/{n:<4} {ok / n:5.0%}{p_tok:>10}{c_tok:>12}")
+        print(f"{cond:<18}{ok:>7}/{n:<4} {ok / n:5.0%}{p_tok:>10}{c_tok:>12}")
     print(f"\nright per field ({len(items)} each)")
-    print(f"{'condition':<14}" + "".join(f"{k[:22]:>24}" for k in SCHEMA["properties"]))
+    print(f"{'condition':<18}" + "".join(f"{k[:22]:>24}" for k in SCHEMA["properties"]))
     for cond in conditions:
-        print(f"{cond:<14}" + "".join(f"{n:>24}" for n in per_field[cond].values()))
+        print(f"{cond:<18}" + "".join(f"{n:>24}" for n in per_field[cond].values()))
     if "prefix" in answers and "keep" in answers:
         same = sum(a == b for a, b in zip(answers["prefix"], answers["keep"]))
         print(f"\nprefix vs keep: {same}/{len(items)} answers identical")

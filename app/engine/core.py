@@ -139,7 +139,9 @@ class Engine:
             schema = spec.get("schema")
             if not isinstance(schema, dict):
                 raise EngineError("response_format.json_schema.schema must be an object")
-            key = json.dumps(schema, sort_keys=True)
+            key = json.dumps(schema)  # not sorted: xgrammar keeps the properties' order
+        elif kind == "grammar":   # vLLM's structured_outputs.grammar (xgrammar EBNF)
+            key, schema = "grammar\x00" + str(response_format.get("grammar")), None
         else:
             raise EngineError(f"unsupported response_format type {kind!r}")
         if key not in self._grammars:
@@ -150,11 +152,17 @@ class Engine:
                     stop_token_ids=sorted(self.stop_token_ids))
                 self._grammar_compiler = xgr.GrammarCompiler(info, max_threads=1)
             try:
-                self._grammars[key] = (
-                    self._grammar_compiler.compile_builtin_json_grammar() if schema is None
-                    else self._grammar_compiler.compile_json_schema(schema, any_whitespace=False))
+                if kind == "grammar":
+                    grammar = self._grammar_compiler.compile_grammar(response_format["grammar"])
+                elif schema is None:
+                    grammar = self._grammar_compiler.compile_builtin_json_grammar()
+                else:
+                    grammar = self._grammar_compiler.compile_json_schema(schema,
+                                                                        any_whitespace=False)
+                self._grammars[key] = grammar
             except Exception as exc:  # noqa: BLE001 - invalid schema is a client error
-                raise EngineError(f"invalid JSON schema: {exc}") from exc
+                what = "grammar" if kind == "grammar" else "JSON schema"
+                raise EngineError(f"invalid {what}: {exc}") from exc
         return self._grammars[key]
 
     # -- the decode loop -------------------------------------------------------------------

@@ -37,6 +37,35 @@ def _error(message: str, status: int = 400, kind: str = "BadRequestError") -> JS
                                    "code": status}}, status_code=status)
 
 
+def _constraint(body: dict) -> dict | None:
+    """The request's output constraint in ``response_format`` shape: OpenAI's
+    ``response_format``, or vLLM's ``structured_outputs`` (``json``, ``json_object``,
+    ``grammar`` in xgrammar's EBNF; the other kinds are not served here)."""
+    rf, so = body.get("response_format"), body.get("structured_outputs")
+    if so is None:
+        return rf
+    if not isinstance(so, dict):
+        raise EngineError("structured_outputs must be an object")
+    kinds = [k for k in ("json", "json_object", "grammar", "regex", "choice", "structural_tag")
+             if so.get(k) not in (None, False)]
+    if len(kinds) != 1:
+        raise EngineError("structured_outputs must set exactly one of json, json_object, "
+                          "grammar, regex, choice, structural_tag")
+    if rf and (rf.get("type") or "text") != "text":
+        raise EngineError("set response_format or structured_outputs, not both")
+    kind, value = kinds[0], so[kinds[0]]
+    if kind == "json":
+        schema = json.loads(value) if isinstance(value, str) else value
+        return {"type": "json_schema", "json_schema": {"schema": schema}}
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "grammar":
+        if not isinstance(value, str) or not value.strip():
+            raise EngineError("structured_outputs.grammar must be a non-empty string")
+        return {"type": "grammar", "grammar": value}
+    raise EngineError(f"structured_outputs.{kind} is not supported by the reference engine")
+
+
 def _job_from_body(engine: Engine, body: dict, opts: ServerOptions, emit) -> Job:
     if not isinstance(body, dict):
         raise EngineError("request body must be a JSON object")
@@ -60,7 +89,7 @@ def _job_from_body(engine: Engine, body: dict, opts: ServerOptions, emit) -> Job
                temperature=1.0 if temperature is None else float(temperature),
                top_p=float(body.get("top_p") or 1.0), stop=[str(s) for s in stop],
                seed=body.get("seed"), logprobs=bool(body.get("logprobs")),
-               top_logprobs=top_logprobs, response_format=body.get("response_format"),
+               top_logprobs=top_logprobs, response_format=_constraint(body),
                cache_salt=str(body.get("cache_salt") or ""),
                ignore_eos=bool(body.get("ignore_eos")))
 

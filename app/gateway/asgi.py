@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from app.core import minify_compact
 from app.gateway import handlers
 from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
@@ -78,6 +79,8 @@ class Gateway:
         await self.refresh_routers()
         if self.config.get("GATEWAY_CACHE_WARM"):
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
+            threading.Thread(target=minify_compact.warm, name="grammar-warm",
+                             daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run()),
                        asyncio.create_task(self._refresh_inflight()),

@@ -1,7 +1,10 @@
 """Token savings of key minification over a file of (schema, output) cases.
 
-Outputs are counted serialised compactly, as a model in JSON mode emits them:
-``json.dumps(obj, ensure_ascii=False, separators=(",", ":"))``.
+Minified outputs are counted serialised compactly, as a pool tier behind S02 writes them
+(policy ``minify_compact_json``): ``json.dumps(obj, ensure_ascii=False, separators=(",",
+":"))``. The original output is counted the same way (the keys' saving alone), or with
+``baseline_separators=(", ", ": ")`` as a grammar engine writes it without Sluice
+(xgrammar's default; the whole saving on a pool tier).
 """
 from __future__ import annotations
 
@@ -30,8 +33,12 @@ class CaseReport:
         return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
 
 
-def compact(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+COMPACT = (",", ":")
+SPACED = (", ", ": ")
+
+
+def compact(obj: Any, separators: tuple[str, str] = COMPACT) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=separators)
 
 
 def read_cases(lines: Iterable[str]) -> list[tuple[int, dict]]:
@@ -45,8 +52,8 @@ def read_cases(lines: Iterable[str]) -> list[tuple[int, dict]]:
     return cases
 
 
-def report_case(n: int, case: dict, tokenizer: str,
-                options: MinifyOptions = MinifyOptions()) -> CaseReport:
+def report_case(n: int, case: dict, tokenizer: str, options: MinifyOptions = MinifyOptions(),
+                baseline_separators: tuple[str, str] = COMPACT) -> CaseReport:
     counter = get_counter(tokenizer)
     minified_schema, keymap = minify_schema(case["schema"], tokenizer=counter, options=options)
     output = case["output"]
@@ -55,7 +62,7 @@ def report_case(n: int, case: dict, tokenizer: str,
     back = expand_json(text, keymap)
     roundtrip = json.loads(back) == output and expand_json(small, keymap) == output
     return CaseReport(line=n, name=str(case.get("name") or case["schema"].get("title") or n),
-                      tokens_before=counter.count(compact(output)),
+                      tokens_before=counter.count(compact(output, baseline_separators)),
                       tokens_after=counter.count(text), roundtrip_ok=roundtrip,
                       valid_minified=not validate_minified(small, minified_schema),
                       renamed_keys=keymap.renamed,

@@ -197,3 +197,38 @@ def test_one_forward_at_a_time_queues_show_as_waiting(tiny_engine):
         time.sleep(0.05)
     assert tiny_engine.metric("vllm:num_requests_running") == 0
     assert tiny_engine.metric("vllm:num_requests_waiting") == 0
+
+
+def test_structured_outputs_grammar_and_json_as_vllm_takes_them(tiny_engine):
+    """vLLM's per-request ``structured_outputs``: an xgrammar EBNF grammar (what S02 sends
+    a pool for compact JSON) holds the random model to compact separators; ``json`` is
+    the schema form; unsupported kinds and two constraints at once are 400s."""
+    from app.core.minify_compact import compact_grammar
+    schema = {"type": "object", "properties": {"color": {"enum": ["red", "green"]},
+                                               "urgent": {"type": "boolean"},
+                                               "tags": {"type": "array", "maxItems": 2,
+                                                        "items": {"enum": ["a", "b"]}}},
+              "required": ["color", "urgent", "tags"], "additionalProperties": False}
+    r = tiny_engine.chat("classify", max_tokens=60, structured_outputs={
+        "grammar": compact_grammar(schema)})
+    text = _text(r)
+    assert r.json()["choices"][0]["finish_reason"] == "stop", text
+    value = json.loads(text)
+    jsonschema.validate(value, schema)
+    assert text == json.dumps(value, separators=(",", ":")), text   # compact, nothing else
+    # the same schema through response_format gets xgrammar's default ", " and ": "
+    spaced = _text(tiny_engine.chat("classify", max_tokens=60, response_format={
+        "type": "json_schema", "json_schema": {"name": "t", "schema": schema}}))
+    assert spaced == json.dumps(json.loads(spaced)), spaced
+    as_json = _text(tiny_engine.chat("classify", max_tokens=60,
+                                     structured_outputs={"json": schema}))
+    jsonschema.validate(json.loads(as_json), schema)
+
+    for bad in ({"regex": "[a-z]+"}, {"grammar": "root ::= (", "json": schema}, {},
+                {"grammar": "root ::= ("}):
+        resp = tiny_engine.chat("x", structured_outputs=bad)
+        assert resp.status_code == 400, (bad, resp.text)
+        assert resp.json()["error"]["message"]
+    both = tiny_engine.chat("x", structured_outputs={"json": schema}, response_format={
+        "type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
+    assert both.status_code == 400 and "not both" in both.json()["error"]["message"]

@@ -7,6 +7,7 @@ import orjson
 import pytest
 
 from tests.gateway.conftest import make_world
+from tests.gateway.test_failover import dead_url
 
 SCHEMA = {"type": "object", "properties": {"customer_full_name": {"type": "string"},
                                            "invoice_total_amount": {"type": "number"}},
@@ -22,6 +23,9 @@ def _last_body(replica) -> dict:
 
 
 def _world(app, gateway, fake_replicas, frontier, **policy):
+    # these tests read the minified schema the pool got in response_format; with
+    # minify_compact_json (default on) it goes as a grammar instead (test at the end)
+    policy.setdefault("minify_compact_json", False)
     return make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=policy)
 
 
@@ -101,3 +105,33 @@ def test_alias_style_from_the_policy_reaches_the_upstream(app, gateway, fake_rep
     assert sent["messages"][0]["content"] == f"Return {aliases[0]} and {aliases[1]}."
     row = w.drain_rows(1)[0]
     assert row.payload["pipeline"]["minify"]["alias_style"] == style
+
+
+def test_pool_gets_a_compact_grammar_instead_of_response_format(app, gateway, fake_replicas,
+                                                                frontier):
+    """minify_compact_json (default): the pool tier gets vLLM's structured_outputs.grammar
+    for the minified schema with "," and ":" and no response_format."""
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url,
+                   policy={"schema_error_action": "mark"})
+    w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
+    sent = _last_body(fake_replicas[0])
+    assert "response_format" not in sent
+    grammar = sent["structured_outputs"]["grammar"]
+    assert '"\\"customer\\""' in grammar and '"\\"total\\""' in grammar  # the aliases
+    assert "customer_full_name" not in grammar and '": "' not in grammar
+    assert sent["messages"][0]["content"] == "Return customer and total."
+    assert w.drain_rows(1)[0].payload["pipeline"]["minify"]["compact"] is True
+
+
+def test_escalation_from_a_pool_to_an_external_tier_swaps_the_grammar_back(app, gateway,
+                                                                            frontier):
+    dead = make_world(app, gateway, [dead_url()], frontier.url,
+                      policy={"schema_error_action": "mark"})
+    r = dead.client().chat.completions.with_raw_response.create(
+        model="tier-1", messages=MSGS, response_format=FMT)
+    assert r.headers["x-sluice-tier"] == "tier-3"
+    # the pool is dead: tier-3 (external) got response_format with the minified schema
+    sent = _last_body(frontier)
+    assert "structured_outputs" not in sent
+    assert list(sent["response_format"]["json_schema"]["schema"]["properties"]) == [
+        "customer", "total"]

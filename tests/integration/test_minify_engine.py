@@ -59,6 +59,19 @@ def _keys(value, out: set[str]) -> set[str]:
     return out
 
 
+def _outside_strings(text: str) -> str:
+    """``text`` with every JSON string literal removed."""
+    out, in_str, esc = [], False, False
+    for ch in text:
+        if in_str:
+            esc, in_str = (False, True) if esc else (ch == "\\", ch != '"')
+        elif ch == '"':
+            in_str = True
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _client_got_originals(content: str) -> dict:
     """The client's answer validates against its own schema: every key is one of its keys
     (additionalProperties false everywhere), every enum value one of its values."""
@@ -84,6 +97,8 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
     content = resp.choices[0].message.content
     _client_got_originals(content)
     assert resp.choices[0].finish_reason == "stop"
+    # the pool got a compact-separator grammar: no whitespace between the JSON's tokens
+    assert not any(c.isspace() for c in _outside_strings(content)), content
     # the engine counted fewer tokens than the text the client got: it wrote the aliases
     assert resp.usage.completion_tokens < count_tokens(content, "smollm2")
 
@@ -93,6 +108,7 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
     deltas = [c.choices[0].delta.content or "" for c in chunks if c.choices]
     streamed = "".join(deltas)
     _client_got_originals(streamed)
+    assert not any(c.isspace() for c in _outside_strings(streamed)), streamed
     assert len([d for d in deltas if d]) > 5  # really streamed, in many pieces
     assert chunks[-1].usage.completion_tokens < count_tokens(streamed, "smollm2")
     assert all(getattr(c, "sluice_schema_error", None) is None for c in chunks)
@@ -116,6 +132,7 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
             assert all(a in key_words(k.rsplit(".", 1)[-1])
                        for k, a in mini["aliases"].items()), mini["aliases"]
             assert mini["aliases"]["current_ticket_status"] == "status"
+        assert mini["compact"] is True
         assert mini["minified_schema_tokens_generated"] == row.completion_tokens
         assert mini["raw_schema_output_tokens_equivalent"] > row.completion_tokens
         # the frontier baseline is priced on the output with the client's own keys
@@ -127,3 +144,17 @@ def test_client_gets_original_keys_and_values_engine_generates_aliases(app, gate
         assert pipe["schema_valid"] is True
         assert "S98_ALERT_SCHEMA_ERR" not in pipe["states"]
         assert not pipe.get("schema_retry")
+
+
+def test_compact_off_keeps_the_engines_own_separators(app, gateway, engine, frontier):
+    """Policy minify_compact_json off: the pool gets response_format, so the engine writes
+    xgrammar's ", " and ": " (as vLLM does with disable_any_whitespace)."""
+    w = make_world(app, gateway, [engine.url], frontier.url,
+                   policy={"minify_compact_json": False})
+    content = w.client(timeout=180).chat.completions.create(
+        model="tier-1", messages=MSGS, response_format=FMT, max_tokens=200,
+        temperature=0).choices[0].message.content
+    _client_got_originals(content)
+    assert ", " in _outside_strings(content) and ": " in _outside_strings(content), content
+    row = w.drain_rows(1)[0]
+    assert row.payload["pipeline"]["minify"]["compact"] is False

@@ -91,3 +91,22 @@ def test_report_alias_styles_save_the_same_tokens_on_the_corpus(runner):
     assert got["semantic"]["tokens_after"] <= got["letters"]["tokens_after"]
     result = runner.invoke(args=["minify", "report", "--cases", corpus, "--alias-style", "x"])
     assert result.exit_code != 0
+
+
+def test_report_spaced_baseline_counts_the_separators_a_pool_no_longer_writes(runner, tmp_path):
+    """--baseline spaced: the original as xgrammar writes it without Sluice (", " ": "),
+    the minified output as the compact grammar makes the pool write it."""
+    from app.minify.tokens import count_tokens
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text(json.dumps(CASE) + "\n")
+    got = {}
+    for baseline in ("compact", "spaced"):
+        result = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json",
+                                     "--baseline", baseline])
+        assert result.exit_code == 0, result.output
+        got[baseline] = json.loads(result.output)
+    assert got["spaced"]["tokens_after"] == got["compact"]["tokens_after"]
+    assert got["spaced"]["tokens_before"] == count_tokens(
+        json.dumps(CASE["output"], ensure_ascii=False), "cl100k_base")
+    assert got["spaced"]["tokens_before"] > got["compact"]["tokens_before"]
+    assert got["spaced"]["reduction"] > got["compact"]["reduction"]

@@ -3,6 +3,10 @@ policy's ``minify_tools``, tool parameters) to short one-token aliases before de
 and the instructions that mention them (``app.core.minify``); with the policy's
 ``minify_enums``, multi-token enum values where only enum values fit, too. The policy's
 ``minify_alias_style`` picks the aliases: a word of each key (``semantic``) or letters.
+With ``minify_compact_json`` a pool tier (vLLM or the reference engine) gets the minified
+schema as an EBNF grammar with compact separators (``structured_outputs.grammar``, in
+place of ``response_format``; ``app.core.minify_compact``), so separators cost no spaces;
+external tiers keep ``response_format`` (an OpenAI API takes no grammar).
 
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
@@ -30,6 +34,8 @@ class MinifyState:
     tokenizer: str = ""
     original_body: dict = field(default_factory=dict)
     alias_style: str = ""
+    compact: bool = False             # the upstream was held to compact separators
+    response_format: dict | None = None   # the minified response_format (compact replaces it)
 
 
 def tokenizer_name(ctx: RequestContext) -> str:
@@ -64,7 +70,7 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
         minify_enums=bool(ctx.policy.get("minify_enums", False)),
         alias_style=ctx.policy.get("minify_alias_style") or DEFAULTS["minify_alias_style"])
     body = dict(ctx.body)
-    keymap = schema = None
+    keymap = schema = new_rf = None
     res = minify_response_format(body.get("response_format"), tokenizer=counter,
                                  options=options)
     if res is not None:
@@ -78,8 +84,25 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
                                                 options=options)
     if keymap is None and not tool_maps:
         return None
+    compact = schema is not None and _compact(ctx, body, schema)
     ctx.upstream_body = body
-    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body, options.alias_style)
+    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body, options.alias_style,
+                       compact, new_rf)
+
+
+def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
+    """Swap ``response_format`` for a compact-separator grammar of the same schema when
+    the tier is a pool and the policy wants it; False (body untouched) otherwise."""
+    from app.core.minify_compact import compact_grammar
+    if not ctx.policy.get("minify_compact_json", True) \
+            or (ctx.tier or {}).get("upstream_kind") != "pool" or "structured_outputs" in body:
+        return False
+    grammar = compact_grammar(schema)
+    if grammar is None:
+        return False
+    body.pop("response_format", None)
+    body["structured_outputs"] = {"grammar": grammar}
+    return True
 
 
 async def run(ctx: RequestContext) -> str:
@@ -96,7 +119,7 @@ async def run(ctx: RequestContext) -> str:
         "aliases": {o if p in ("", "$") else f"{p}.{o}": a
                     for p, o, a in (km.renames if km else ())[:50]},
         "value_aliases": {f"{p}={v}": a for p, v, a in (km.value_renames if km else ())[:50]},
-        "tools": sorted(state.tool_maps)}
+        "tools": sorted(state.tool_maps), "compact": state.compact}
     return "S03_PREFILL"
 
 

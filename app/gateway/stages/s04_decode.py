@@ -29,6 +29,10 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
         salt = s03_prefill.salt(ctx)
         if salt:
             body["cache_salt"] = salt
+    elif "structured_outputs" in body and ctx.minify is not None and ctx.minify.compact:
+        # escalated from a pool to an external tier: an OpenAI API takes no grammar
+        body.pop("structured_outputs")
+        body["response_format"] = ctx.minify.response_format
     return body
 
 

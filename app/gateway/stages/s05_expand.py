@@ -41,6 +41,9 @@ def _savings(ctx: RequestContext, minified: str, expanded: str) -> None:
         return
     generated = (ctx.usage or {}).get("completion_tokens")
     try:
+        if st.compact:   # without Sluice the engine would have written ", " and ": "
+            from app.core.minify_compact import respace
+            expanded = respace(expanded)
         ctx.telemetry.setdefault("minify", {}).update(output_token_savings(
             minified, expanded, st.tokenizer,
             generated_tokens=int(generated) if generated is not None else None))
