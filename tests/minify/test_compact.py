@@ -63,3 +63,28 @@ def test_respace_gives_the_default_separators_and_keeps_strings(value, ascii_onl
 def test_respace_is_lexical_on_text_that_is_not_json():
     assert respace('{"a":"x\\",y:z","b":[1,2') == '{"a": "x\\",y:z", "b": [1, 2'
     assert respace("") == ""
+
+
+def test_ledger_raw_equivalent_credits_keys_not_separators_on_a_compact_answer():
+    """S05's savings on a compact answer: the keys' saving counted with both texts spaced,
+    so the raw equivalent never credits separators the model may not have saved."""
+    from types import SimpleNamespace
+
+    from app.gateway.stages.s02_minify import MinifyState
+    from app.gateway.stages.s05_expand import _savings
+    from app.minify.tokens import count_tokens
+    minified = '{"customer":"Ada Lovelace","total":12}'
+    expanded = '{"customer_full_name":"Ada Lovelace","invoice_total_amount":12}'
+    got = {}
+    for compact in (False, True):
+        state = MinifyState(keymap=object(), schema={}, tokenizer="cl100k_base",
+                            compact=compact)
+        ctx = SimpleNamespace(minify=state,
+                              usage={"completion_tokens": 20}, telemetry={}, request_id="r")
+        _savings(ctx, minified, expanded)
+        got[compact] = ctx.telemetry["minify"]["raw_schema_output_tokens_equivalent"]
+    keys_spaced = (count_tokens(respace(expanded), "cl100k_base")
+                   - count_tokens(respace(minified), "cl100k_base"))
+    assert got[True] == 20 + keys_spaced
+    assert got[False] == 20 + count_tokens(expanded, "cl100k_base") - count_tokens(minified,
+                                                                                   "cl100k_base")
