@@ -300,14 +300,7 @@ class CacheStore:
         found = False
         if self.redis_available():
             try:
-                raw = self.redis.get(self._k("r", request_id))
-                if raw is not None:
-                    loc = json.loads(raw)
-                    pipe = self.redis.pipeline(transaction=False)
-                    pipe.delete(loc["x"], self._k("r", request_id))
-                    _unlink(pipe, loc["b"], request_id)
-                    pipe.execute()
-                    found = True
+                found = self._drop(request_id)
                 self._redis_ok()
             except _REDIS_DOWN:
                 self._redis_failed("evict")
@@ -350,18 +343,22 @@ class CacheStore:
             self.redis.delete(*keys[i:i + 500])
         return len(keys)
 
+    def _drop(self, request_id: str) -> bool:
+        """Delete the Redis entry that answered ``request_id`` and its links; False when
+        there was none."""
+        raw = self.redis.get(self._k("r", request_id))
+        if raw is None:
+            return False
+        loc = json.loads(raw)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.delete(loc["x"], self._k("r", request_id))
+        _unlink(pipe, loc["b"], request_id)
+        pipe.execute()
+        return True
+
     def _evict_index(self, index_key: str) -> int:
         ids = [m.decode() if isinstance(m, bytes) else m for m in self.redis.smembers(index_key)]
-        n = 0
-        for rid in ids:
-            raw = self.redis.get(self._k("r", rid))
-            if raw is not None:
-                loc = json.loads(raw)
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.delete(loc["x"], self._k("r", rid))
-                _unlink(pipe, loc["b"], rid)
-                pipe.execute()
-                n += 1
+        n = sum(self._drop(rid) for rid in ids)
         self.redis.delete(index_key)
         return n
 

@@ -10,19 +10,51 @@ import pytest
 from tests.celery_workers import start_worker
 
 
-def free_port_pair() -> int:
-    """A port p with p and p+1 both free on 127.0.0.1 (a pool's base_port for 2 replicas)."""
-    for _ in range(50):
+def free_port_run(n: int) -> int:
+    """A port p with p .. p+n-1 all free on 127.0.0.1 (a pool's base_port for n replicas)."""
+    for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            base = s.getsockname()[1]
         try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", port + 1))
-            return port
+            for i in range(1, n):
+                with socket.socket() as s2:
+                    s2.bind(("127.0.0.1", base + i))
+            return base
         except OSError:
             continue
-    raise RuntimeError("no free port pair")
+    raise RuntimeError(f"no run of {n} free ports")
+
+
+def free_port_pair() -> int:
+    return free_port_run(2)
+
+
+def tenant_on_pool(pool, frontier, gateway, **policy) -> str:
+    """A tenant whose tier-1 is ``pool`` (tier-3 the external ``frontier``) behind the real
+    gateway, with margin escalation, frontier-first and the cache off (plus ``policy``);
+    publishes the snapshot and returns the tenant's API key."""
+    from decimal import Decimal
+
+    from app.catalog.models import Tier
+    from app.extensions import db
+    from app.policies.models import Policy
+    from tests.factories import TenantFactory, make_key
+    from tests.gateway.conftest import publish_and_wait
+    tenant = TenantFactory()
+    _, key = make_key(tenant)
+    db.session.add(Tier(name="tier-1", rank=1, model="tiny", upstream_kind="pool",
+                        pool_id=pool.id, price_input_per_m=Decimal("0.06"),
+                        price_output_per_m=Decimal("0.18"), timeout_s=60))
+    db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
+                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
+                        price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
+    db.session.add(Policy(tenant_id=None, values={}))
+    db.session.add(Policy(tenant_id=tenant.id, values={
+        "margin_gamma": 0.0, "frontier_first_hours": 0, "cache_enabled": False, **policy}))
+    db.session.commit()
+    publish_and_wait(gateway)
+    return key
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from app.extensions import db
 from app.redis_client import keys
 from tests.console.web import browser, login, submit
 from tests.factories import PoolFactory, UserFactory
-from tests.pools.conftest import free_port_pair
+from tests.pools.conftest import free_port_pair, tenant_on_pool
 from workers.pools import launcher
 
 
@@ -30,30 +30,6 @@ def _snapshot_states(redis_client, pool_id: int) -> dict[int, str]:
     snap = json.loads(redis_client.get(keys().k("snapshot", "data")) or "{}")
     pool = snap.get("pools", {}).get(str(pool_id), {})
     return {r["id"]: r["state"] for r in pool.get("replicas", [])}
-
-
-def _gateway_tenant(app, gateway, frontier, pool) -> str:
-    """Tier-1 on ``pool`` behind the real gateway, for a tenant that stays on tier 1."""
-    from decimal import Decimal
-
-    from app.catalog.models import Tier
-    from app.policies.models import Policy
-    from tests.factories import TenantFactory, make_key
-    from tests.gateway.conftest import publish_and_wait
-    tenant = TenantFactory()
-    _, key = make_key(tenant)
-    db.session.add(Tier(name="tier-1", rank=1, model="tiny", upstream_kind="pool",
-                        pool_id=pool.id, price_input_per_m=Decimal("0.06"),
-                        price_output_per_m=Decimal("0.18"), timeout_s=60))
-    db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
-                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
-                        price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
-    db.session.add(Policy(tenant_id=None, values={}))
-    db.session.add(Policy(tenant_id=tenant.id, values={
-        "margin_gamma": 0.0, "frontier_first_hours": 0, "cache_enabled": False}))
-    db.session.commit()
-    publish_and_wait(gateway)
-    return key
 
 
 def _served(replicas) -> dict[int, float]:
@@ -114,7 +90,7 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
                 "max_tokens": 4, "temperature": 0})
             assert out.status_code == 200 and out.json()["usage"]["completion_tokens"] >= 1
 
-        key = _gateway_tenant(app, gateway, frontier, pool)
+        key = tenant_on_pool(pool, frontier, gateway)
         before = _served(replicas)
         assert _via_gateway(gateway, key, 6) == [200] * 6
         after_gw = _served(replicas)

@@ -6,63 +6,26 @@ them mid-drill). The same drill started from the Drills page runs on the pool's 
 queue. Lives with the pools tests because it needs their pool worker."""
 from __future__ import annotations
 
-import socket
 import threading
 import uuid
-from decimal import Decimal
 
 from app.audit.models import AuditLog
-from app.catalog.models import Replica, Tier
+from app.catalog.models import Replica
 from app.catalog.service import sync_replica_rows
 from app.drills.models import DrillRun
 from app.drills.service import list_runs
 from app.extensions import db
-from app.policies.models import Policy
 from app.pools.service import request_pool_action
 from tests.console.web import browser, login, submit
-from tests.factories import PoolFactory, TenantFactory, UserFactory, make_key
-from tests.gateway.conftest import publish_and_wait
+from tests.factories import PoolFactory, UserFactory
+from tests.pools.conftest import free_port_run, tenant_on_pool
 from workers.pools import launcher
-
-
-def free_port_run(n: int) -> int:
-    """A port p with p .. p+n-1 all free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        try:
-            for i in range(1, n):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no run of {n} free ports")
 
 
 def _replicas(pool_id: int) -> list[Replica]:
     db.session.expire_all()
     return list(db.session.scalars(db.select(Replica).where(Replica.pool_id == pool_id)
                                    .order_by(Replica.index)))
-
-
-def _tenant_on(pool, frontier, gateway) -> str:
-    tenant = TenantFactory()
-    _, key = make_key(tenant)
-    db.session.add(Tier(name="tier-1", rank=1, model="tiny", upstream_kind="pool",
-                        pool_id=pool.id, price_input_per_m=Decimal("0.06"),
-                        price_output_per_m=Decimal("0.18"), timeout_s=60))
-    db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
-                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
-                        price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
-    db.session.add(Policy(tenant_id=None, values={}))
-    db.session.add(Policy(tenant_id=tenant.id, values={
-        "session_key": "header", "margin_gamma": 0.0, "frontier_first_hours": 0,
-        "cache_enabled": False}))
-    db.session.commit()
-    publish_and_wait(gateway)
-    return key
 
 
 def _started_pool(pool_worker, tiny_model_dir, n: int):
@@ -92,7 +55,7 @@ def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
     try:
         pool_worker.wait_for(lambda: all(r.state == "healthy" for r in _replicas(pool.id)),
                              300, "four replicas healthy")
-        key = _tenant_on(pool, frontier, gateway)
+        key = tenant_on_pool(pool, frontier, gateway, session_key="header")
 
         def supervise_like_beat() -> None:   # the beat entry pools.supervise, faster
             while not beat.wait(0.5):
@@ -145,7 +108,7 @@ def test_console_queues_the_drill_on_the_pools_node_and_shows_its_row(
     try:
         pool_worker.wait_for(lambda: all(r.state == "healthy" for r in _replicas(pool.id)),
                              300, "three replicas healthy")
-        key = _tenant_on(pool, frontier, gateway)
+        key = tenant_on_pool(pool, frontier, gateway, session_key="header")
         web = browser(app)
         login(web, UserFactory(role="ops").email)
         resp = submit(web, "/drills", {"pool_id": str(pool.id), "url": gateway.url, "key": key,
