@@ -119,14 +119,16 @@ def _is_generic(word: str) -> bool:
     return word in GENERIC or (len(word) > 5 and word.endswith("ed"))
 
 
-def _ranked(words: tuple[str, ...], counts: dict[str, int]) -> list[str]:
+def _ranked(words: tuple[str, ...], counts: dict[str, int],
+            head_last: bool = True) -> list[str]:
     if "of" in words[1:-1]:  # "modules_of_interest": the head noun is before "of"
         cut = words.index("of")
         words = words[cut + 1:] + words[:cut]
     words = [w for w in dict.fromkeys(words) if len(w) > 1 and w not in FILLER]
     n = len(words)
     order = sorted(range(n), key=lambda i: (_is_generic(words[i]),
-                                            counts.get(words[i], 0) > 1, n - i))
+                                            counts.get(words[i], 0) > 1,
+                                            n - i if head_last else i))
     out: list[str] = []
     for i in order:
         for cand in (words[i], *SHORT_FORMS.get(words[i], ())):
@@ -211,8 +213,13 @@ def _keep(key: str, counter: TokenCounter | None) -> bool:
 
 
 def assign_aliases(keys: list[str], patterns: list[re.Pattern], counter: TokenCounter | None,
-                   style: str = "letters") -> dict[str, str]:
-    """original -> alias for the keys of one location (keys already one token stay)."""
+                   style: str = "letters", for_values: bool = False) -> dict[str, str]:
+    """original -> alias for the keys of one location (keys already one token stay).
+    ``for_values``: the strings are the values of one enum. Their words are read left to
+    right, since enum values lead with what tells them apart (``LOW_PRIORITY_ROUTINE_REQUEST``
+    -> ``low``) where keys end with their head noun, and only a word no other value has
+    qualifies: ``related`` for ``UNLIKELY_RELATED`` or ``grade`` for ``GRADE_1_MILD`` would
+    tell the model the wrong thing, so such a value gets a letter."""
     cands = _candidates_for(counter)
     taken = set(keys)
     out: dict[str, str] = {}
@@ -231,8 +238,9 @@ def assign_aliases(keys: list[str], patterns: list[re.Pattern], counter: TokenCo
             if counts is None:
                 counts = _word_counts(keys)
             with _candidates_lock:  # the word cache is shared by threads
-                alias = next((w for w in _ranked(key_words(k), counts)
-                              if free(w) and cands.word_ok(w)), None)
+                alias = next((w for w in _ranked(key_words(k), counts, not for_values)
+                              if free(w) and cands.word_ok(w)
+                              and not (for_values and counts.get(w, 0) > 1)), None)
         while alias is None:
             cand = cands.get(i)
             if cand is None:

@@ -11,7 +11,14 @@ minified schema as an EBNF grammar with ``","`` and ``":"`` (vLLM's per-request
 ``compact_grammar`` builds that grammar (xgrammar's own JSON-schema conversion, with the
 separators changed; cached per schema). ``respace`` rewrites compact JSON text with the
 separators the engine would have used, for the ledger's raw-equivalent token count.
-Both are pure functions.
+
+The grammar fixes the characters, not the tokens: a model trained mostly on spaced JSON
+writes ``":"`` as ``'":'`` + ``'"'`` (two tokens where the tokenizer has one), so under
+the grammar alone compact output costs about what spaced output did. ``with_style_hint``
+adds one line to the instructions that shows the style (a made-up object, nothing the
+model could copy into an answer); on SmolLM2 that brought the tokens it generates close
+to the canonical count (bench/results/minify_quality.txt). Policy ``minify_style_hint``.
+All are pure functions.
 """
 from __future__ import annotations
 
@@ -47,6 +54,28 @@ def compact_grammar(schema: dict[str, Any]) -> str | None:
     ``schema`` written with compact separators; None when it cannot be built."""
     # key order matters: xgrammar writes properties in the schema's order
     return _grammar(json.dumps(schema, ensure_ascii=False))
+
+
+STYLE_HINT = 'Example of the answer style: {"id":"X1","status":"open","ok":true}'
+
+
+def with_style_hint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A new message list with ``STYLE_HINT`` on a line of its own at the end of the first
+    system (or developer) message, or in a new system message in front. The line is the
+    same on every request, so the prompt prefix stays cacheable."""
+    out = list(messages)
+    for i, msg in enumerate(out):
+        if not isinstance(msg, dict) or msg.get("role") not in ("system", "developer"):
+            continue
+        content = msg.get("content")
+        if isinstance(content, str):
+            out[i] = {**msg, "content": f"{content}\n{STYLE_HINT}" if content else STYLE_HINT}
+            return out
+        if isinstance(content, list):
+            out[i] = {**msg, "content": [*content, {"type": "text", "text": "\n" + STYLE_HINT}]}
+            return out
+        break
+    return [{"role": "system", "content": STYLE_HINT}, *out]
 
 
 def respace(text: str, separators: tuple[str, str] = DEFAULT_SEPARATORS) -> str:

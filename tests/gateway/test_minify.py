@@ -6,6 +6,7 @@ import httpx
 import orjson
 import pytest
 
+from app.core.minify_compact import STYLE_HINT
 from tests.gateway.conftest import make_world
 from tests.gateway.test_failover import dead_url
 
@@ -87,7 +88,9 @@ def test_enum_values_minified_only_when_the_policy_says(app, gateway, fake_repli
     w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=fmt)
     sent = _last_body(fake_replicas[0])["response_format"]
     if on:
-        assert sent["json_schema"]["schema"]["properties"]["status"]["enum"] == ["a", "b"]
+        # semantic aliases (the default style): a word only that value has
+        assert sent["json_schema"]["schema"]["properties"]["status"]["enum"] == [
+            "customer", "engineering"]
     else:  # "status" is one token: nothing else to minify, passed through as is
         assert sent == fmt
 
@@ -119,8 +122,19 @@ def test_pool_gets_a_compact_grammar_instead_of_response_format(app, gateway, fa
     grammar = sent["structured_outputs"]["grammar"]
     assert '"\\"customer\\""' in grammar and '"\\"total\\""' in grammar  # the aliases
     assert "customer_full_name" not in grammar and '": "' not in grammar
-    assert sent["messages"][0]["content"] == "Return customer and total."
+    # minify_style_hint (default): one line that shows the compact style
+    assert sent["messages"][0]["content"] == f"Return customer and total.\n{STYLE_HINT}"
+    assert sent["messages"][1] == MSGS[1]
     assert w.drain_rows(1)[0].payload["pipeline"]["minify"]["compact"] is True
+
+
+def test_style_hint_off_leaves_the_instructions(app, gateway, fake_replicas, frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url,
+                   policy={"schema_error_action": "mark", "minify_style_hint": False})
+    w.client().chat.completions.create(model="tier-1", messages=MSGS, response_format=FMT)
+    sent = _last_body(fake_replicas[0])
+    assert "grammar" in sent["structured_outputs"]
+    assert sent["messages"][0]["content"] == "Return customer and total."
 
 
 def test_escalation_from_a_pool_to_an_external_tier_swaps_the_grammar_back(app, gateway,
@@ -135,3 +149,5 @@ def test_escalation_from_a_pool_to_an_external_tier_swaps_the_grammar_back(app, 
     assert "structured_outputs" not in sent
     assert list(sent["response_format"]["json_schema"]["schema"]["properties"]) == [
         "customer", "total"]
+    # and the instructions without the pool's style hint
+    assert sent["messages"][0]["content"] == "Return customer and total."

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.minify import MinifyOptions, minify_json, minify_response_format
-from app.core.minify_compact import compact_grammar, respace
+from app.core.minify_compact import STYLE_HINT, compact_grammar, respace, with_style_hint
 from app.minify.tokens import get_counter
 
 CORPUS = pathlib.Path(__file__).parents[2] / "bench" / "data" / "minify_corpus.jsonl"
@@ -88,3 +88,17 @@ def test_ledger_raw_equivalent_credits_keys_not_separators_on_a_compact_answer()
     assert got[True] == 20 + keys_spaced
     assert got[False] == 20 + count_tokens(expanded, "cl100k_base") - count_tokens(minified,
                                                                                    "cl100k_base")
+
+
+def test_style_hint_joins_the_first_system_message_or_comes_first():
+    user = {"role": "user", "content": "hi"}
+    got = with_style_hint([{"role": "system", "content": "Extract."}, user])
+    assert got == [{"role": "system", "content": f"Extract.\n{STYLE_HINT}"}, user]
+    parts = [{"type": "text", "text": "Extract."}]
+    got = with_style_hint([{"role": "developer", "content": parts}, user])
+    assert got[0]["content"] == [*parts, {"type": "text", "text": "\n" + STYLE_HINT}]
+    assert parts == [{"type": "text", "text": "Extract."}]  # the input is not changed
+    assert with_style_hint([user]) == [{"role": "system", "content": STYLE_HINT}, user]
+    # the hint's own object is compact JSON: the style it shows
+    shown = STYLE_HINT[STYLE_HINT.index("{"):]
+    assert json.dumps(json.loads(shown), separators=(",", ":")) == shown

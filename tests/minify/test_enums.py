@@ -146,3 +146,30 @@ def test_a_dict_shared_in_python_maps_like_its_json_copy():
     clear_cache()
     _, copied = minify_schema(json.loads(json.dumps(schema)), options=ON)
     assert shared.value_renames == copied.value_renames != ()
+
+
+def test_semantic_enum_aliases_are_a_word_only_that_value_has():
+    """alias_style semantic: a value's alias is a word of it, read left to right (enum
+    names lead with what tells them apart), and never a word another value shares, which
+    would tell the model the wrong thing; such values get letters."""
+    from app.minify.tokens import get_counter
+    priority = {"type": "string", "enum": ["HIGH_PRIORITY_SERVICE_DOWN",
+                                           "LOW_PRIORITY_ROUTINE_REQUEST"]}
+    related = {"type": "string", "enum": ["NOT_RELATED", "UNLIKELY_RELATED", "RELATED"]}
+    schema = obj(ticket_priority_level=priority, causality_assessment=related)
+    options = MinifyOptions(minify_enums=True, alias_style="semantic")
+    for tokenizer in ("cl100k_base", "smollm2"):
+        _, keymap = minify_schema(schema, tokenizer=get_counter(tokenizer), options=options)
+        got = {v: a for _, v, a in keymap.value_renames}
+        assert got["HIGH_PRIORITY_SERVICE_DOWN"] == "high"
+        assert got["LOW_PRIORITY_ROUTINE_REQUEST"] == "low"
+        assert got["NOT_RELATED"] == "not"
+        # "related" is in every value: no value gets it (RELATED itself, where it is more
+        # than one token, gets a letter)
+        assert got.get("UNLIKELY_RELATED") in ("unlikely", "a", "b", "c")
+        assert "related" not in got.values()
+        value = {"ticket_priority_level": "LOW_PRIORITY_ROUTINE_REQUEST",
+                 "causality_assessment": "UNLIKELY_RELATED"}
+        small = minify_json(value, keymap)
+        assert expand_json(small, keymap) == value
+        assert expand_json(json.dumps(small), keymap) == json.dumps(value)

@@ -6,7 +6,9 @@ and the instructions that mention them (``app.core.minify``); with the policy's
 With ``minify_compact_json`` a pool tier (vLLM or the reference engine) gets the minified
 schema as an EBNF grammar with compact separators (``structured_outputs.grammar``, in
 place of ``response_format``; ``app.core.minify_compact``), so separators cost no spaces;
-external tiers keep ``response_format`` (an OpenAI API takes no grammar).
+external tiers keep ``response_format`` (an OpenAI API takes no grammar). With
+``minify_style_hint`` the instructions then get one line that shows the compact style, so
+the model picks the tokenizer's own ``":"`` / ``","`` tokens.
 
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
@@ -36,6 +38,7 @@ class MinifyState:
     alias_style: str = ""
     compact: bool = False             # the upstream was held to compact separators
     response_format: dict | None = None   # the minified response_format (compact replaces it)
+    messages: list | None = None      # the rewritten messages before the style hint
 
 
 def tokenizer_name(ctx: RequestContext) -> str:
@@ -67,7 +70,7 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     from app.policies.schema import DEFAULTS
     counter = get_counter(name)
     options = MinifyOptions(
-        minify_enums=bool(ctx.policy.get("minify_enums", False)),
+        minify_enums=bool(ctx.policy.get("minify_enums", DEFAULTS["minify_enums"])),
         alias_style=ctx.policy.get("minify_alias_style") or DEFAULTS["minify_alias_style"])
     body = dict(ctx.body)
     keymap = schema = new_rf = None
@@ -84,16 +87,17 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
                                                 options=options)
     if keymap is None and not tool_maps:
         return None
+    messages = body["messages"]
     compact = schema is not None and _compact(ctx, body, schema)
     ctx.upstream_body = body
     return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body, options.alias_style,
-                       compact, new_rf)
+                       compact, new_rf, messages)
 
 
 def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
     """Swap ``response_format`` for a compact-separator grammar of the same schema when
     the tier is a pool and the policy wants it; False (body untouched) otherwise."""
-    from app.core.minify_compact import compact_grammar
+    from app.core.minify_compact import compact_grammar, with_style_hint
     if not ctx.policy.get("minify_compact_json", True) \
             or (ctx.tier or {}).get("upstream_kind") != "pool" or "structured_outputs" in body:
         return False
@@ -102,6 +106,8 @@ def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
         return False
     body.pop("response_format", None)
     body["structured_outputs"] = {"grammar": grammar}
+    if ctx.policy.get("minify_style_hint", True):
+        body["messages"] = with_style_hint(body["messages"])
     return True
 
 

@@ -33,6 +33,7 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
         # escalated from a pool to an external tier: an OpenAI API takes no grammar
         body.pop("structured_outputs")
         body["response_format"] = ctx.minify.response_format
+        body["messages"] = ctx.minify.messages   # without the pool's style hint
     return body
 
 
