@@ -11,7 +11,8 @@ output cut at cl100k token boundaries (one SSE delta per token). The "as deploye
 counts what the engine writes without Sluice (xgrammar's ", " ": ") against what it writes
 behind Sluice on a pool tier (compact grammar). Prints what it measured;
 nothing here asserts a threshold. "keys" rows use letter aliases (a, b, ...), "semantic"
-rows a one-token word of each key (policy minify_alias_style).
+rows a one-token word of each key (policy minify_alias_style) and, with +enums, of each
+enum value (policy minify_enums): the gateway's defaults.
 """
 from __future__ import annotations
 
@@ -187,7 +188,9 @@ def whitespace(cases: list[dict]) -> None:
           "S02 sends the minified schema as a grammar with\n',' and ':' (policy "
           "minify_compact_json, vLLM's structured_outputs.grammar); an external tier takes\n"
           "no grammar and keeps response_format, so there only the keys change (the 'spaced' "
-          "column)")
+          "column).\nThe gateway's defaults are the semantic+enums rows (policy "
+          "minify_alias_style semantic, minify_enums on).\nReal generation realises less "
+          "than these canonical counts: see bench/results/minify_quality.txt")
     spaced, compact = (", ", ": "), (",", ":")
     for name in TOKENIZERS:
         counter = get_counter(name)

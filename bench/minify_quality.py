@@ -5,6 +5,7 @@ process, greedy) on bench/data/minify_quality.jsonl: support e-mails with gold f
 
 Conditions (same documents, same client instructions that name the fields):
   original        the client's schema, no minification
+  original+compact+hint  the client's keys, compact grammar and style hint (no minification)
   prefix          letter aliases (a, b, ...), descriptions "original_key: ..." (S02's),
                   mentions of keys in the instructions rewritten to aliases
   semantic        prefix with semantic aliases: a one-token word of each key
@@ -14,7 +15,12 @@ Conditions (same documents, same client instructions that name the fields):
                   the other conditions get the schema, which xgrammar writes with ", " ": "
   keep            letter aliases, descriptions kept as they were
   legend          prefix + a system line that says what each alias means
-  legend+enums    legend with enum values aliased too (policy minify_enums)
+  legend+enums    legend with enum values aliased too (policy minify_enums), letters
+  semantic+enums  semantic, with enum values aliased to a word of the value only that value
+                  has (HIGH_PRIORITY_SERVICE_DOWN -> high; policy minify_enums)
+  semantic+enums+compact  both
+  +hint           with the compact grammar, the instruction line that shows the compact
+                  style (policy minify_style_hint): what S02 sends a pool tier
 
 The engine (like vLLM) turns the schema into a grammar and never shows it to the model,
 so descriptions cannot reach the model; "prefix" and "keep" differ only in them. Scores
@@ -50,23 +56,30 @@ INSTRUCTIONS = ("Read the support e-mail and answer in JSON with customer_full_n
                 "customer_email_address, ticket_priority_level (HIGH_PRIORITY_SERVICE_DOWN "
                 "if the product is down, else LOW_PRIORITY_ROUTINE_REQUEST), "
                 "affected_product_name and requested_refund_flag.")
-CONDITIONS = ("original", "prefix", "semantic", "semantic+compact", "keep", "legend",
-              "legend+enums")
+CONDITIONS = ("original", "original+compact+hint", "prefix", "semantic", "semantic+compact", "semantic+compact+hint",
+              "semantic+enums", "semantic+enums+compact", "semantic+enums+compact+hint", "keep", "legend", "legend+enums")
 
 
 def request_for(condition: str, text: str, counter) -> tuple[list[dict], dict, object]:
     messages = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": text}]
     if condition == "original":
         return messages, FMT, None
+    if condition == "original+compact+hint":   # no key changes: what compact + hint alone do
+        from app.core.minify_compact import compact_grammar, with_style_hint
+        return with_style_hint(messages), {"type": "grammar",
+                                           "grammar": compact_grammar(SCHEMA)}, None
     options = MinifyOptions(describe="keep" if condition == "keep" else "prefix",
-                            minify_enums=condition.endswith("enums"),
+                            minify_enums="enums" in condition,
                             alias_style="semantic" if condition.startswith("semantic")
                             else "letters")
     rf, keymap = minify_response_format(FMT, tokenizer=counter, options=options)
-    if condition.endswith("compact"):
+    if "compact" in condition:
         from app.core.minify_compact import compact_grammar
         rf = {"type": "grammar", "grammar": compact_grammar(rf["json_schema"]["schema"])}
     messages = rewrite_messages(messages, keymap)
+    if condition.endswith("hint"):
+        from app.core.minify_compact import with_style_hint
+        messages = with_style_hint(messages)
     if condition.startswith("legend"):
         system = messages[0]["content"] + "\n" + legend_text(keymap)
         messages[0] = {**messages[0], "content": system}
@@ -139,21 +152,22 @@ def main() -> None:
     print("output tok = tokens the engine generated; canonical = the same text tokenized "
           "afresh (a constrained\nmodel need not pick the tokenizer's own merges, e.g. '\":' "
           "'\"' where '\":\"' is one token)")
-    print(f"{'condition':<18}{'fields right':>14}{'prompt tok':>12}{'output tok':>12}"
+    print(f"{'condition':<30}{'fields right':>14}{'prompt tok':>12}{'output tok':>12}"
           f"{'canonical':>11}")
     for cond, (ok, n, p_tok, c_tok, canon) in totals.items():
-        print(f"{cond:<18}{ok:>7}/{n:<4} {ok / n:5.0%}{p_tok:>10}{c_tok:>12}{canon:>11}")
+        print(f"{cond:<30}{ok:>7}/{n:<4} {ok / n:5.0%}{p_tok:>10}{c_tok:>12}{canon:>11}")
     print(f"\nright per field ({len(items)} each)")
-    print(f"{'condition':<18}" + "".join(f"{k[:22]:>24}" for k in SCHEMA["properties"]))
+    print(f"{'condition':<30}" + "".join(f"{k[:22]:>24}" for k in SCHEMA["properties"]))
     for cond in conditions:
-        print(f"{cond:<18}" + "".join(f"{n:>24}" for n in per_field[cond].values()))
+        print(f"{cond:<30}" + "".join(f"{n:>24}" for n in per_field[cond].values()))
     if "prefix" in answers and "keep" in answers:
         same = sum(a == b for a, b in zip(answers["prefix"], answers["keep"]))
         print(f"\nprefix vs keep: {same}/{len(items)} answers identical")
     for cond in conditions:
         _, keymap = request_for(cond, "", counter)[1:]
         if keymap is not None:
-            print(f"\naliases, {cond}: " + ", ".join(f"{o} -> {a}" for _, o, a in keymap.renames))
+            print(f"\naliases, {cond}: " + ", ".join(f"{o} -> {a}" for _, o, a in
+                                                    (*keymap.renames, *keymap.value_renames)))
     for cond in conditions:
         print(f"\nfirst answers, {cond}:")
         for a in answers[cond][:2]:
