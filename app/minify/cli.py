@@ -19,7 +19,8 @@ minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
 @click.option("--json", "as_json", is_flag=True, help="Print the totals as one JSON object.")
 @click.option("--tokenizer", default="cl100k_base", show_default=True,
               type=click.Choice(TOKENIZERS))
-@click.option("--minify-enums", is_flag=True,
+@click.option("--minify-enums/--no-minify-enums", default=DEFAULTS["minify_enums"],
+              show_default=True,
               help="Also alias multi-token enum values (the policy's minify_enums).")
 @click.option("--alias-style", default=DEFAULTS["minify_alias_style"], show_default=True,
               type=click.Choice(ALIAS_STYLES),

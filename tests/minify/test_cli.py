@@ -37,7 +37,8 @@ def test_bench_corpus_roundtrips(runner):
     import os
     corpus = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "data",
                           "minify_corpus.jsonl")
-    result = runner.invoke(args=["minify", "report", "--cases", corpus, "--json"])
+    result = runner.invoke(args=["minify", "report", "--cases", corpus, "--json",
+                                 "--no-minify-enums"])
     assert result.exit_code == 0, result.output
     totals = json.loads(result.output)
     assert totals["cases"] >= 20 and totals["roundtrip_ok"] is True
@@ -56,8 +57,12 @@ def test_report_minify_enums_flag(runner, tmp_path):
         "output": {"status": "AWAITING_CUSTOMER_RESPONSE"}}
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps(case) + "\n")
-    plain = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json"])
+    plain = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json",
+                                "--no-minify-enums"])
     assert json.loads(plain.output)["reduction"] == 0.0  # "status" is one token already
+    # the default follows the policy's (minify_enums on)
+    default = runner.invoke(args=["minify", "report", "--cases", str(cases), "--json"])
+    assert json.loads(default.output)["reduction"] > 0
     result = runner.invoke(args=["minify", "report", "--cases", str(cases), "--minify-enums"])
     assert result.exit_code == 0, result.output
     assert "values renamed   2" in result.output and "9 ->     5 tokens" in result.output
