@@ -16,8 +16,9 @@ The grammar fixes the characters, not the tokens: a model trained mostly on spac
 writes ``":"`` as ``'":'`` + ``'"'`` (two tokens where the tokenizer has one), so under
 the grammar alone compact output costs about what spaced output did. ``with_style_hint``
 adds one line to the instructions that shows the style (a made-up object, nothing the
-model could copy into an answer); on SmolLM2 that brought the tokens it generates close
-to the canonical count (bench/results/minify_quality.txt). Policy ``minify_style_hint``.
+model could copy into an answer); on SmolLM2 (30 e-mails) that cut the tokens it generates
+by 8.5% against the compact grammar alone, still 14% above the canonical count, and got
+more fields right (bench/results/minify_quality.txt). Policy ``minify_style_hint``.
 All are pure functions.
 """
 from __future__ import annotations

@@ -8,7 +8,8 @@ schema as an EBNF grammar with compact separators (``structured_outputs.grammar`
 place of ``response_format``; ``app.core.minify_compact``), so separators cost no spaces;
 external tiers keep ``response_format`` (an OpenAI API takes no grammar). With
 ``minify_style_hint`` the instructions then get one line that shows the compact style, so
-the model picks the tokenizer's own ``":"`` / ``","`` tokens.
+the model more often writes the tokenizer's own ``":"`` / ``","`` tokens rather than
+``'":'`` + ``'"'``.
 
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
