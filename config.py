@@ -64,7 +64,7 @@ class Config:
     # loses none (the next one on the host sends them on). Empty: memory only.
     GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")
     GATEWAY_LEDGER_LINGER_S = 0.02  # batch ledger events this long before writing them
-    # Request embeddings (app.cache.embedding): "auto" runs MiniLM exported to ONNX, cached
+    # Request embeddings (app.contract.cache.embedding): "auto" runs MiniLM exported to ONNX, cached
     # under EMBEDDING_CACHE_DIR (empty: $XDG_CACHE_HOME/sluice/embedding), and falls back to
     # sentence-transformers; "onnx" (no fallback), "torch", "sentence-transformers".
     EMBEDDING_BACKEND = "auto"

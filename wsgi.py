@@ -1,4 +1,4 @@
 """Console WSGI entry point: ``gunicorn wsgi:app`` / ``flask --app wsgi ...``."""
-from app import create_app
+from app.factory import create_app
 
 app = create_app()

@@ -4,15 +4,7 @@ from __future__ import annotations
 import redis
 from flask import Flask, current_app
 
-
-class Keys:
-    """Builds namespaced Redis keys: ``Keys("sluice").k("snapshot", "version")``."""
-
-    def __init__(self, namespace: str) -> None:
-        self.ns = namespace
-
-    def k(self, *parts: object) -> str:
-        return ":".join([self.ns, *map(str, parts)])
+from app.contract.keys import Keys
 
 
 def init_redis(app: Flask) -> None:

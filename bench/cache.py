@@ -27,11 +27,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from app.cache.embedding import BACKENDS, configure, embed, embed_many, get_encoder  # noqa: E402
-from app.cache.keys import build_key  # noqa: E402
-from app.cache.store import CacheStore  # noqa: E402
+from app.contract.cache.embedding import BACKENDS, configure, embed, embed_many, get_encoder  # noqa: E402
+from app.contract.cache.keys import build_key  # noqa: E402
+from app.contract.cache.store import CacheStore  # noqa: E402
 from app.core.entities import entity_profile, profiles_compatible  # noqa: E402
-from app.policies.schema import DEFAULTS  # noqa: E402
+from app.contract.policy import DEFAULTS  # noqa: E402
 
 PAIR_FILES = [ROOT / "app/cache/data/cache_pairs_sample.jsonl", ROOT / "tests/cache/data/pairs_heldout.jsonl"]
 TH = DEFAULTS["cache_similarity_threshold"]
@@ -220,7 +220,7 @@ def crowded(size: int, probes: int) -> None:
     layout's HGETALL + unpack + scan)."""
     import redis
 
-    from app.cache.store import _unpack
+    from app.contract.cache.store import _unpack
     client = redis.Redis.from_url(os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     ns = f"benchcrowd{uuid.uuid4().hex[:8]}"
     store, writer = CacheStore(client, ns), CacheStore(client, ns)  # two processes' views
@@ -296,7 +296,7 @@ def main() -> None:
                     help="intra-op threads for the embedding, torch's and onnxruntime's "
                          "(0: torch's default, 1 for onnxruntime)")
     ap.add_argument("--embedding", default="auto", choices=BACKENDS,
-                    help="how embeddings are computed (app.cache.embedding.configure)")
+                    help="how embeddings are computed (app.contract.cache.embedding.configure)")
     args = ap.parse_args()
     import torch
     if args.threads:

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from app.cache import encoders  # noqa: E402
-from app.cache.embedding import get_model, semantic_text  # noqa: E402
-from app.policies.schema import DEFAULTS  # noqa: E402
+from app.contract.cache import encoders  # noqa: E402
+from app.contract.cache.embedding import get_model, semantic_text  # noqa: E402
+from app.contract.policy import DEFAULTS  # noqa: E402
 
 PAIRS = ROOT / "app/cache/data/cache_pairs_sample.jsonl"
 QUESTION = "What is the refund window for order ORD-48213 if the blender arrived damaged?"

@@ -206,7 +206,7 @@ def main() -> None:
 
 
 def run(url: str, ns: str, args) -> None:
-    from app import create_app
+    from app.factory import create_app
     from app.auth.models import User
     from app.extensions import db
     from app.finops import reports, rollups

@@ -190,7 +190,7 @@ def wait_http(url: str, timeout: float = 60.0, headers: dict | None = None,
 
 
 def snapshot(upstream: str) -> dict:
-    from app.policies.schema import DEFAULTS
+    from app.contract.policy import DEFAULTS
     tier = {"id": 1, "name": "tier-1", "rank": 1, "model": "tiny", "price_input_per_m": "0.06",
             "price_cached_input_per_m": "0.015", "price_output_per_m": "0.18",
             "upstream_kind": "external", "pool_id": None, "endpoint_url": upstream + "/v1",

@@ -31,7 +31,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from app.core.minify import (MinifyOptions, StreamExpander, clear_cache,  # noqa: E402
                              expand_json, expand_text, minify_json, minify_schema,
                              rewrite_messages)
-from app.minify.tokens import get_counter, smollm2_tokenizer, tiktoken_encoding  # noqa: E402
+from app.contract.tokenizers import get_counter, smollm2_tokenizer, tiktoken_encoding  # noqa: E402
 
 TOKENIZERS = ("cl100k_base", "o200k_base", "smollm2")
 ORIGINAL_CASES = 22

@@ -121,7 +121,7 @@ def main() -> None:
         parser.error(f"unknown conditions: {', '.join(sorted(unknown))}")
     from app.engine.core import Engine
     from app.engine.model import resolve_model_path
-    from app.minify.tokens import get_counter
+    from app.contract.tokenizers import get_counter
     path = os.path.join(os.path.dirname(__file__), "data", "minify_quality.jsonl")
     with open(path, encoding="utf-8") as fh:
         items = [json.loads(line) for line in fh if line.strip()]

@@ -93,7 +93,7 @@ class ControlPlane:
     a pool of the engines of the running arm, and publishing of the snapshot."""
 
     def __init__(self, tmp: Path, redis_url: str, ns: str, model: str) -> None:
-        from app import create_app
+        from app.factory import create_app
         from app.catalog.models import Pool, Tier
         from app.extensions import db
         from app.policies.models import Policy

@@ -9,7 +9,7 @@ fields, distractors, conditions, multi-hop clauses, longer context) and the labe
 adds hidden difficulty the text does not show: d_true = d + N(0, 0.08). Tier k "meets the
 bar" with probability sigmoid((s_k − d_true) / 0.05), s = (0.45, 0.68, 0.97); one uniform
 draw per prompt is shared by the tiers, so a stronger tier passes whenever a weaker one
-does. Features are the real MiniLM embedding of the prompt (app.cache.embedding) plus
+does. Features are the real MiniLM embedding of the prompt (app.contract.cache.embedding) plus
 app.core.router_features; training uses app.router.training exactly as the service does.
 Costs: (prompt + completion tokens) x $0.06 / $0.35 / $3.50 per 1M.
 
@@ -179,7 +179,7 @@ def main() -> int:
                     help="leading feature columns left unscaled (default: the embedding)")
     args = ap.parse_args()
     rows = build(args.n, args.seed)
-    from app.cache.embedding import embed_many
+    from app.contract.cache.embedding import embed_many
     cache = Path(args.emb_cache) if args.emb_cache else None
     t0 = time.perf_counter()
     if cache is not None and cache.exists():

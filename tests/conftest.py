@@ -72,7 +72,7 @@ def app_config(database_url, redis_namespace, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def _app(app_config):
-    from app import create_app
+    from app.factory import create_app
     from app.extensions import db
     app = create_app(app_config, env="test")
     with app.app_context():

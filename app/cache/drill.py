@@ -5,10 +5,11 @@ import json
 import uuid
 from typing import Any, Iterable
 
-from app.cache.embedding import embed_many
-from app.cache.keys import build_key
-from app.cache.store import CacheStore
-from app.policies.schema import DEFAULTS
+from app.contract.cache.embedding import embed_many
+from app.contract.cache.keys import build_key
+from app.contract.keys import Keys
+from app.contract.cache.store import CacheStore
+from app.contract.policy import DEFAULTS
 
 
 class PairError(ValueError):
@@ -42,7 +43,7 @@ def run_cache_poisoning(pairs: list[dict], redis_client: Any, namespace: str,
     """Each pair gets its own throwaway tenant under a throwaway namespace (deleted after),
     so ``b`` can only hit its own ``a``. Uses the production CacheStore and key builder."""
     threshold = DEFAULTS["cache_similarity_threshold"] if threshold is None else float(threshold)
-    run_ns = f"{namespace}:drill:{uuid.uuid4().hex[:12]}"
+    run_ns = Keys(namespace).drill_namespace(uuid.uuid4().hex[:12])
     store = CacheStore(redis_client, run_ns)  # Redis only: never touches the real index
     policy = dict(DEFAULTS)
     vec_a = embed_many([p["a"] for p in pairs])

@@ -6,7 +6,7 @@ from typing import Iterable
 from flask import current_app
 
 from app.cache.drill import drill_passed, read_pairs, run_cache_poisoning
-from app.cache.embedding import configure_from
+from app.contract.cache.embedding import configure_from
 from app.drills.service import finish_run, start_run
 from app.redis_client import get_redis
 

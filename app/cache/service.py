@@ -6,7 +6,7 @@ from typing import Any
 from flask import current_app
 
 from app.audit.service import record
-from app.cache.store import CacheStore
+from app.contract.cache.store import CacheStore
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.redis_client import get_redis

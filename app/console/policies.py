@@ -13,7 +13,8 @@ from flask_login import current_user, login_required
 from app.console.helpers import render_errors
 from app.console.views import bp
 from app.errors import ServiceError
-from app.policies import schema, service
+from app.contract import policy as schema
+from app.policies import service
 from app.tenants.service import get_tenant, visible_tenants
 
 

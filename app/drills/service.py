@@ -45,7 +45,7 @@ def list_runs(kind: str | None = None, limit: int = 50) -> list[DrillRun]:
 
 def _secret_key(ref: str) -> str:
     from app.redis_client import keys
-    return keys().k("drill", "secret", ref)
+    return keys().drill_secret(ref)
 
 
 def stash_secret(value: str) -> str:

@@ -14,7 +14,7 @@ from app.core.costing import allocate_cents, cents
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.finops import histogram
-from app.finops.budget import current_period
+from app.contract.budget import current_period
 from app.finops.models import TTFT_BUCKET_COLUMNS, Budget, Rollup
 from app.finops.rollups import IDLE_WORKFLOW, ceil_bucket, floor_bucket, month_range, next_bucket
 from app.ledger.models import LedgerEntry

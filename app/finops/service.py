@@ -16,16 +16,15 @@ from app.audit.service import record
 from app.core import costing
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
-from app.finops import budget as rb
+from app.contract import budget as rb
 from app.finops import rollups
 from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, Rollup
 from app.ledger.models import LedgerEntry
-from app.redis_client import get_redis
+from app.redis_client import get_redis, keys
 from app.tenants.models import Tenant
 
 log = logging.getLogger(__name__)
 THRESHOLDS = (50, 80, 100)
-_WATERMARK = "finops:rollup:watermark"
 
 
 def _ns() -> str:
@@ -303,7 +302,7 @@ def mirror_budgets() -> int:
 def run_rollups() -> dict[str, str]:
     """Rebuild the buckets touched by ledger rows that arrived since the last run."""
     redis = get_redis()
-    key = f"{_ns()}:{_WATERMARK}"
+    key = keys().rollup_watermark()
     mark = int(redis.get(key) or 0)
     since = datetime.now(timezone.utc) - timedelta(hours=2)
     new_mark, counts = rollups.rebuild_new(mark, since)

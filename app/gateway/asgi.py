@@ -24,14 +24,14 @@ from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
 from app.gateway.ledger_writer import LedgerWriter
-from app.gateway.snapshot import SnapshotStore
+from app.contract.snapshot import SnapshotStore
 from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
 from app.gateway.upstream import Upstream
-from app.router.published import PublishedRouters
-from app.routing.lint import LintSampler
-from app.routing.load import DEFAULT_TTL_S, AsyncInflightTracker
-from app.redis_client import Keys
+from app.contract.routers import PublishedRouters
+from app.contract.lint import LintSampler
+from app.contract.inflight import DEFAULT_TTL_S, AsyncInflightTracker
+from app.contract.keys import Keys
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,8 @@ class Gateway:
     async def start(self) -> None:
         self.redis = aioredis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                              socket_connect_timeout=1.0)
-        self.snapshots = SnapshotStore(self.redis, self.keys.k("snapshot", "version"),
-                                       self.keys.k("snapshot", "data"), self.poll_s)
+        self.snapshots = SnapshotStore(self.redis, self.keys.snapshot_version(),
+                                       self.keys.snapshot_data(), self.poll_s)
         self.limiter = RateLimiter(self.redis, self.keys)
         self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"])
         self.inflight = AsyncInflightTracker(self.redis, self.keys)

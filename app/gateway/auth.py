@@ -6,7 +6,7 @@ import logging
 import time
 
 from app.gateway.errors import GatewayError
-from app.gateway.snapshot import Snapshot
+from app.contract.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,11 @@ class RateLimiter:
         self._skip_until = 0.0
 
     async def check(self, tenant: dict) -> None:
-        rpm = int(tenant["policy"].get("rate_limit_rpm") or 0)
+        rpm = int(tenant["policy"]["rate_limit_rpm"])
         if rpm <= 0 or time.monotonic() < self._skip_until:
             return
         minute = int(time.time() // 60)
-        key = self.keys.k("ratelimit", tenant["id"], minute)
+        key = self.keys.rate_limit(tenant["id"], minute)
         try:
             pipe = self.redis.pipeline(transaction=False)
             pipe.incr(key)

@@ -1,5 +1,5 @@
 """Budget holds on the request path: reserve an estimate at admission, settle the actual
-cost when the request is booked (``app.finops.budget`` does the Redis side).
+cost when the request is booked (``app.contract.budget`` does the Redis side).
 
 Fails open like the rate limiter: with Redis unreachable the gateway serves and skips
 the check for ``open_s`` seconds; the ledger reconcile later corrects the counters.
@@ -14,7 +14,7 @@ from decimal import Decimal
 import orjson
 
 from app.core.pricing import prices_at
-from app.finops import budget as rb
+from app.contract import budget as rb
 from app.gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,39 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from app.gateway.snapshot import Snapshot
+from app.contract.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from app.contract.keys import Keys
+    from app.contract.routers import PublishedRouters
+    from app.gateway.stages.s00_cache import GatewayCache
+    from app.gateway.telemetry import GatewayMetrics
+    from app.gateway.upstream import Upstream
+
+
+class GatewayServices(Protocol):
+    """What a stage may use of the gateway process: named services, nothing else.
+    ``app.gateway.asgi.Gateway`` provides them; a unit test passes only what it needs."""
+
+    config: Mapping[str, Any]
+    keys: Keys
+    redis: aioredis.Redis
+    upstream: Upstream
+    metrics: GatewayMetrics
+    cache: GatewayCache
+    routers: PublishedRouters
+
+    async def track_replica(self, ctx: RequestContext, replica_id: Any) -> None:
+        """Count ``ctx`` in flight on ``replica_id`` until it is booked."""
+
+    async def release_budget(self, ctx: RequestContext) -> None:
+        """Settle the request's budget hold now at cost 0 (a cache hit)."""
 
 
 @dataclass
@@ -16,7 +45,7 @@ class RequestContext:
     key: dict
     body: dict
     client_headers: dict[str, str] = field(default_factory=dict)
-    gw: Any = None                          # the Gateway: upstream client, metrics, config
+    services: GatewayServices | None = None  # the gateway process (None: a bare unit test)
     started: float = field(default_factory=time.perf_counter)
 
     # request, parsed
@@ -38,7 +67,7 @@ class RequestContext:
     stage_errors: list[str] = field(default_factory=list)
     embedding: Any = None                   # one embedding per request: cache and router share it
     cache: str = "miss"                     # miss | exact | semantic
-    cache_key: Any = None                   # app.cache.keys.CacheKey once S00 probed
+    cache_key: Any = None                   # app.contract.cache.keys.CacheKey once S00 probed
     cached_response: dict | None = None
     collect_stream: bool = False            # a stage wants the streamed answer assembled
     collected: dict | None = None           # ... which the relay puts here

@@ -1,26 +1,16 @@
 """Downstream validator feedback (pass/fail per request), the signal the flywheel learns from.
 
 Events go to the Redis stream ``<ns>:feedback:stream`` (fields: ``e`` = JSON of
-``feedback_event``). Readers use their own consumer groups: the ledger drain copies the
+``app.contract.events.FeedbackEvent``). Readers use their own consumer groups: the ledger drain copies the
 verdict onto the request's ledger row (``payload.feedback``); the cache and the router
 read it for themselves.
 """
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-
 import orjson
 
+from app.contract.events import STREAM_MAXLEN, feedback_event, owner_keys
 from app.gateway.errors import GatewayError, bad_request
-
-STREAM = ("feedback", "stream")
-STREAM_MAXLEN = 1_000_000
-
-
-def feedback_event(tenant_id: int, request_id: str, passed: bool, note: str = "") -> dict:
-    return {"tenant_id": tenant_id, "request_id": request_id, "pass": bool(passed),
-            "note": note[:2000], "at": datetime.now(timezone.utc).isoformat()}
-
 
 def parse_feedback(body: dict) -> tuple[str, bool, str]:
     """(request_id, passed, note) from ``{"request_id", "verdict": "pass"|"fail" | "pass":
@@ -44,12 +34,6 @@ def parse_feedback(body: dict) -> tuple[str, bool, str]:
     return rid, passed, note
 
 
-def _owner_keys(keys) -> list[str]:
-    from app.gateway.ledger_writer import OWNER_DAYS, request_owner_key
-    today = datetime.now(timezone.utc).date()
-    return [request_owner_key(keys, today - timedelta(days=d)) for d in range(OWNER_DAYS)]
-
-
 def _owner(values: list) -> int | None:
     found = next((v for v in values if v is not None), None)
     return int(found) if found is not None else None
@@ -59,14 +43,14 @@ async def record_feedback(redis, keys, tenant_id: int, request_id: str, passed: 
                           note: str = "") -> dict:
     """Check the request belongs to the tenant, then append the event. 404 otherwise."""
     pipe = redis.pipeline(transaction=False)
-    for key in _owner_keys(keys):
+    for key in owner_keys(keys):
         pipe.hget(key, request_id)
     owner = _owner(await pipe.execute())
     if owner is None or owner != int(tenant_id):
         raise GatewayError(404, f"No request {request_id!r} for this key.",
                            param="request_id", code="request_not_found")
     ev = feedback_event(tenant_id, request_id, passed, note)
-    await redis.xadd(keys.k(*STREAM), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
+    await redis.xadd(keys.feedback_stream(), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
                      approximate=True)
     return ev
 
@@ -75,13 +59,13 @@ def record_feedback_sync(redis, keys, tenant_id: int, request_id: str, passed: b
                          note: str = "") -> dict:
     """The same for synchronous callers (console, workers) with a ``redis.Redis``."""
     pipe = redis.pipeline(transaction=False)
-    for key in _owner_keys(keys):
+    for key in owner_keys(keys):
         pipe.hget(key, request_id)
     owner = _owner(pipe.execute())
     if owner is None or owner != int(tenant_id):
         raise GatewayError(404, f"No request {request_id!r} for this tenant.",
                            param="request_id", code="request_not_found")
     ev = feedback_event(tenant_id, request_id, passed, note)
-    redis.xadd(keys.k(*STREAM), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
+    redis.xadd(keys.feedback_stream(), {"e": orjson.dumps(ev)}, maxlen=STREAM_MAXLEN,
                approximate=True)
     return ev

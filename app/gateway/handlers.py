@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from app.cache.replay import replay_as_sse_chunks, sse_lines
+from app.contract.cache.replay import replay_as_sse_chunks, sse_lines
 from app.core.workflow import workflow_signature
 from app.gateway import sse
 from app.gateway.auth import authenticate
@@ -65,7 +65,7 @@ def resolve_model(snap, tenant: dict, model: str) -> dict | None:
     if tier not in snap.allowed_tiers(tenant):
         raise GatewayError(403, f"Tier `{model}` is not allowed for this tenant.",
                            param="model", code="tier_not_allowed")
-    if not tenant["policy"].get("allow_explicit_tier", True):
+    if not tenant["policy"]["allow_explicit_tier"]:
         raise GatewayError(403, "This tenant must use model `auto`.", param="model",
                            code="explicit_tier_not_allowed")
     return tier
@@ -76,23 +76,23 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
     tenant, key = authenticate(snap, request.headers.get("authorization"))
     body = parse_json(await read_body(request, gw.max_body))
     policy = tenant["policy"]
-    check_chat_body(body, int(policy.get("max_tokens_cap") or 4096))
+    check_chat_body(body, int(policy["max_tokens_cap"]))
     tier = resolve_model(snap, tenant, body["model"])
     await gw.limiter.check(tenant)
     headers = request.headers
     sig, name = workflow_signature(tenant["id"], body, headers.get("x-sluice-workflow"))
     session = None
-    if policy.get("session_key") in ("header", "both"):
+    if policy["session_key"] in ("header", "both"):
         session = headers.get("x-sluice-session") or headers.get("x-session-id")
-    if session is None and policy.get("session_key") in ("user", "both"):
+    if session is None and policy["session_key"] in ("user", "both"):
         session = body.get("user") if isinstance(body.get("user"), str) else None
     opts = body.get("stream_options") or {}
     estimate = estimate_usd(body, reachable_tiers(snap.allowed_tiers(tenant), tier),
-                            int(policy.get("max_tokens_cap") or 4096))
+                            int(policy["max_tokens_cap"]))
     reserved, period = await gw.budget.reserve(tenant["id"], estimate)
     return RequestContext(
         request_id=rid, snapshot=snap, tenant=tenant, key=key, body=body,
-        client_headers=dict(headers), gw=gw, requested_model=body["model"],
+        client_headers=dict(headers), services=gw, requested_model=body["model"],
         requested_tier=tier, stream=bool(body.get("stream")),
         include_usage=bool(opts.get("include_usage")), workflow_signature=sig,
         workflow_name=name, workflow=snap.workflow(tenant["id"], sig), session_id=session,
@@ -215,7 +215,7 @@ async def list_models(request: Request) -> Response:
     except GatewayError as exc:
         return exc.response()
     names = ["auto"]
-    if tenant["policy"].get("allow_explicit_tier", True):
+    if tenant["policy"]["allow_explicit_tier"]:
         names += [t["name"] for t in snap.allowed_tiers(tenant)]
     return _json({"object": "list", "data": [
         {"id": n, "object": "model", "created": 0, "owned_by": "sluice"} for n in names]})

@@ -18,21 +18,14 @@ import logging
 import os
 import uuid
 from collections import deque
-from datetime import date, datetime, timezone
 from pathlib import Path
 
 import orjson
 
+from app.contract.events import REQUEST_TTL_S, request_owner_key
+
 log = logging.getLogger(__name__)
-REQUEST_TTL_S = 7 * 86400  # how long /v1/feedback can name a request
-OWNER_DAYS = REQUEST_TTL_S // 86400 + 1
 SPOOL_GLOB = "ledger-*.spool"
-
-
-def request_owner_key(keys, day: date | None = None) -> str:
-    """Hash of request_id -> tenant_id for one UTC day (feedback checks ownership)."""
-    day = day or datetime.now(timezone.utc).date()
-    return keys.k("req", day.strftime("%Y%m%d"))
 
 
 class Spool:
@@ -100,7 +93,7 @@ class LedgerWriter:
     def __init__(self, redis, keys, metrics=None, *, spool_dir: str | os.PathLike | None = None,
                  max_backlog: int = 200_000, batch: int = 256, linger_s: float = 0.02) -> None:
         self.redis = redis
-        self.stream = keys.k("ledger", "stream")
+        self.stream = keys.ledger_stream()
         self.keys = keys
         self.metrics = metrics
         self.max_backlog = max_backlog

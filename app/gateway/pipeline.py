@@ -110,8 +110,8 @@ async def run_pipeline(ctx: RequestContext, start: str = START,
                 log.warning("request %s: %s failed (%s), taking %s", ctx.request_id, state,
                             exc, spec.fallback)
             ctx.fallbacks.append(spec.fallback)
-            if ctx.gw is not None:
-                ctx.gw.metrics.fallbacks.labels(spec.fallback).inc()
+            if ctx.services is not None:
+                ctx.services.metrics.fallbacks.labels(spec.fallback).inc()
             nxt = spec.fallback
         else:
             if nxt not in spec.next:

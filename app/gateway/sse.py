@@ -12,7 +12,7 @@ from typing import AsyncIterator, Callable
 import anyio
 import orjson
 
-from app.cache.replay import assemble_stream
+from app.contract.cache.replay import assemble_stream
 from app.gateway import http1
 from app.gateway.context import RequestContext
 
@@ -74,8 +74,8 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
         if finished:
             return
         finished = True
-        if failed and ctx.gw is not None and ctx.tier:
-            ctx.gw.metrics.stream_errors.labels(ctx.tier["name"]).inc()
+        if failed and ctx.services is not None and ctx.tier:
+            ctx.services.metrics.stream_errors.labels(ctx.tier["name"]).inc()
         for hook in hooks:
             try:
                 hook.done()

@@ -6,10 +6,10 @@ from decimal import Decimal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.contract.events import PROTOCOL, LedgerEvent
 from app.core.pricing import book_cost
 from app.gateway.context import RequestContext
 
-PROTOCOL = "sluice-gateway-1"
 _LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
@@ -103,7 +103,7 @@ def _escalation(ctx: RequestContext) -> bool | str:
     return steps[-1].get("reason") or "upstream_failure"
 
 
-def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> dict:
+def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
     """Close the books on a request: telemetry record, metrics, and the ledger event."""
     latency_ms = ctx.elapsed_ms()
     prompt, cached, out = usage_tokens(ctx.usage)

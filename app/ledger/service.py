@@ -20,8 +20,9 @@ import orjson
 import redis as redis_lib
 from flask import current_app
 
+from app.contract import budget as budget_counters
+from app.contract.events import FeedbackEvent, LedgerEvent
 from app.extensions import db
-from app.finops import budget as budget_counters
 from app.ledger.models import LedgerEntry
 from app.models_base import utcnow
 
@@ -57,7 +58,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "cache": lambda v: str(v)[:16]}
 
 
-def row_from_event(ev: dict[str, Any]) -> dict[str, Any]:
+def row_from_event(ev: LedgerEvent) -> dict[str, Any]:
     """A ledger_entries row from a gateway event (raises on a malformed one)."""
     row = {c: _COERCE.get(c, lambda v: v)(ev[c]) for c in _COLUMNS if c in ev}
     row["request_id"] = str(ev["request_id"])[:64]
@@ -150,7 +151,7 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
     """
     from app.redis_client import get_redis, keys
     r, k = get_redis(), keys()
-    stream, dead = k.k("ledger", "stream"), k.k("ledger", "dead")
+    stream, dead = k.ledger_stream(), k.ledger_dead()
     consumer = consumer or consumer_name()
     count = batch_size or int(current_app.config.get("LEDGER_BATCH_SIZE") or 500)
     _ensure_group(r, stream, GROUP)
@@ -160,7 +161,7 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
         if not entries:
             break
         # Budget counters: the commit and forgetting its rows as "counted, not drained"
-        # happen together with respect to a reconcile (app.finops.budget). Short hold: a
+        # happen together with respect to a reconcile (app.contract.budget). Short hold: a
         # drain killed here stalls the next one for ``hold_s`` at most.
         with budget_counters.booking_lock(r, k.ns, hold_s=10, wait_s=15):
             try:
@@ -192,7 +193,7 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
     return total
 
 
-def _apply_feedback(ev: dict) -> bool:
+def _apply_feedback(ev: FeedbackEvent) -> bool:
     """Put the verdict on the request's ledger row; False when the row is not there yet."""
     entry = db.session.scalar(db.select(LedgerEntry).where(
         LedgerEntry.request_id == ev["request_id"], LedgerEntry.tenant_id == ev["tenant_id"]))
@@ -209,13 +210,12 @@ def drain_feedback(max_batches: int = 20, *, batch_size: int = 500, consumer: st
     """Copy feedback verdicts onto ledger rows. A verdict that arrives before its row
     waits in ``<ns>:ledger:feedback_retry`` (the shared feedback stream other readers
     use is never written here) for up to FEEDBACK_MAX_ATTEMPTS drains."""
-    from app.gateway.feedback import STREAM
     from app.redis_client import get_redis, keys
     r, k = get_redis(), keys()
-    retry_stream = k.k("ledger", "feedback_retry")
+    retry_stream = k.feedback_retry()
     consumer = consumer or consumer_name()
     applied = 0
-    for stream in (k.k(*STREAM), retry_stream):
+    for stream in (k.feedback_stream(), retry_stream):
         _ensure_group(r, stream, FEEDBACK_GROUP)
         for _ in range(max_batches):
             entries = _read(r, stream, FEEDBACK_GROUP, consumer, batch_size, min_idle_ms, None)

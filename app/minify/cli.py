@@ -7,8 +7,8 @@ import click
 from flask.cli import AppGroup
 
 from app.core.minify_alias import ALIAS_STYLES
-from app.minify.tokens import TOKENIZERS
-from app.policies.schema import DEFAULTS
+from app.contract.tokenizers import TOKENIZERS
+from app.contract.policy import DEFAULTS
 
 minify_cli = AppGroup("minify", help="Schema key minification (S02/S05).")
 

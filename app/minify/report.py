@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from app.core.minify import (MinifyOptions, expand_json, minify_json, minify_schema,
                              validate_minified)
-from app.minify.tokens import get_counter
+from app.contract.tokenizers import get_counter
 
 
 @dataclass

@@ -14,7 +14,7 @@ class Policy(db.Model):
     id: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[int | None] = mapped_column(
         ForeignKey("tenants.id", ondelete="CASCADE"), unique=True, nullable=True)
-    # Only the fields this row sets; see app.policies.schema for names and defaults.
+    # Only the fields this row sets; see app.contract.policy for names and defaults.
     values: Mapped[dict] = mapped_column(JSON, default=dict)
     updated_at = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
 

@@ -7,7 +7,7 @@ from app.audit.service import record
 from app.catalog.models import Tier
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
-from app.policies import schema
+from app.contract import policy as schema
 from app.policies.models import Policy
 from app.snapshot.service import publish_after_commit
 from app.tenants.service import get_tenant

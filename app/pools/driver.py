@@ -46,7 +46,7 @@ def _redis():
 
 
 def _memory_key(replica_id: int) -> str:
-    return _redis()[1].k("replica", replica_id, "supervisor")
+    return _redis()[1].replica_supervisor(replica_id)
 
 
 def _memory(replica_id: int) -> dict[str, float]:
@@ -61,7 +61,7 @@ def _remember(replica_id: int, **fields: float) -> None:
 @contextmanager
 def _replica_lock(replica_id: int, blocking_s: float = 30.0):
     r, k = _redis()
-    lock = r.lock(k.k("replica", replica_id, "lock"), timeout=120, blocking_timeout=blocking_s)
+    lock = r.lock(k.replica_lock(replica_id), timeout=120, blocking_timeout=blocking_s)
     got = lock.acquire()
     try:
         yield got

@@ -41,7 +41,7 @@ def _lora_last(pools) -> dict[int, dict]:
     out = {}
     try:
         for p in pools:
-            raw = get_redis().get(keys().k("pool", p.id, "lora", "last"))
+            raw = get_redis().get(keys().pool_lora_last(p.id))
             if raw:
                 out[p.id] = json.loads(raw)
     except Exception:  # noqa: BLE001 - page renders without it

@@ -93,7 +93,7 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
 
 def _queued_key(scope: str) -> str:
     from app.redis_client import keys
-    return keys().k("router", "train_queued", scope)
+    return keys().router_train_queued(scope)
 
 
 def enqueue_due_training(now: datetime | None = None) -> list[str]:

@@ -173,7 +173,7 @@ def activate(user, model_id: int) -> RouterModel:
 
 def active_key(scope: str) -> str:
     from app.redis_client import keys
-    return keys().k("router", scope, "active")
+    return keys().router_active(scope)
 
 
 def publish_active(scope: str) -> int | None:
@@ -189,7 +189,7 @@ def publish_active(scope: str) -> int | None:
             r.set(active_key(scope), json.dumps(
                 {"scope": scope, "version": model.version, "model_id": model.id,
                  "params": model.params}, separators=(",", ":")))
-        return int(r.incr(keys().k("router", "version")))
+        return int(r.incr(keys().routers_version()))
     except Exception as exc:  # noqa: BLE001 - the committed promotion stands
         log.warning("router publish for %s failed: %s", scope, exc)
         return None

@@ -10,7 +10,8 @@ from app.console.helpers import require
 from app.core.prefix_sim import DEFAULT_KV_TOKENS
 from app.errors import ServiceError
 from app.redis_client import get_redis, keys
-from app.routing import charts, lint, service
+from app.contract import lint
+from app.routing import charts, service
 
 from app.console.assets import plotly_js_response  # noqa: E402
 

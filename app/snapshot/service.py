@@ -13,58 +13,51 @@ from typing import Any
 
 from flask import current_app
 
+from app.contract.snapshot import (KeyEntry, PoolEntry, PriceChange, ReplicaEntry,
+                                    SnapshotData, TenantEntry, TierEntry, WorkflowEntry)
 from app.extensions import db
 
 log = logging.getLogger(__name__)
 
 
 def build_snapshot() -> dict[str, Any]:
+    """The snapshot's JSON (``SnapshotData.to_json``) as of now, from SQL."""
     from app.catalog.models import Pool, Tier
-    from app.policies import schema
+    from app.contract import policy as schema
+    from app.finops.prices import snapshot_schedules
     from app.policies.models import Policy
     from app.tenants.models import ApiKey, Tenant
     from app.workflows.models import Workflow
 
     policies = {p.tenant_id: dict(p.values) for p in db.session.scalars(db.select(Policy))}
     global_policy = policies.get(None, {})
-    tenants = {}
-    for t in db.session.scalars(db.select(Tenant)):
-        tenants[str(t.id)] = {
-            "id": t.id, "name": t.name, "department": t.department, "status": t.status,
-            "policy": schema.effective(global_policy, policies.get(t.id)),
-        }
-    keys = {}
-    for k in db.session.scalars(db.select(ApiKey).where(ApiKey.revoked_at.is_(None))):
-        keys[k.key_hash] = {"id": k.id, "tenant_id": k.tenant_id, "prefix": k.prefix,
-                            "expires_at": k.expires_at.isoformat() if k.expires_at else None}
-    pools = {}
-    for p in db.session.scalars(db.select(Pool)):
-        pools[str(p.id)] = {
-            "id": p.id, "name": p.name, "engine": p.engine, "model": p.model,
-            "served_model_name": p.served_model_name or p.name,
-            "replicas": [{"id": r.id, "name": r.name, "url": r.url, "state": r.state,
-                          "weight": r.weight} for r in p.replicas if r.state != "stopped"],
-        }
-    from app.finops.prices import snapshot_schedules
+    tenants = {str(t.id): TenantEntry(t.id, t.name, t.department, t.status,
+                                      schema.effective(global_policy, policies.get(t.id)))
+               for t in db.session.scalars(db.select(Tenant))}
+    keys = {k.key_hash: KeyEntry(k.id, k.tenant_id, k.prefix,
+                                 k.expires_at.isoformat() if k.expires_at else None)
+            for k in db.session.scalars(db.select(ApiKey).where(ApiKey.revoked_at.is_(None)))}
+    pools = {str(p.id): PoolEntry(
+        id=p.id, name=p.name, engine=p.engine, model=p.model,
+        served_model_name=p.served_model_name or p.name, replicas=tuple(ReplicaEntry(r.id, r.name, r.url, r.state, r.weight)
+              for r in p.replicas if r.state != "stopped"))
+        for p in db.session.scalars(db.select(Pool))}
     schedules = snapshot_schedules()  # effective-dated price changes (app.core.pricing)
-    tiers = []
-    for t in db.session.scalars(db.select(Tier).order_by(Tier.rank)):
-        tiers.append({
-            "id": t.id, "name": t.name, "rank": t.rank, "model": t.model,
-            "price_input_per_m": str(t.price_input_per_m),
-            "price_cached_input_per_m": str(t.price_cached_input_per_m),
-            "price_output_per_m": str(t.price_output_per_m),
-            "price_schedule": schedules.get(t.id, []),
-            "upstream_kind": t.upstream_kind,
-            "pool_id": t.pool_id, "endpoint_url": t.endpoint_url,
-            "api_key_env": t.api_key_env, "timeout_s": t.timeout_s, "enabled": t.enabled,
-        })
-    workflows = {f"{w.tenant_id}:{w.signature}": {"id": w.id, "name": w.name,
-                                                  "category": w.category,
-                                                  "first_seen_at": w.first_seen_at.isoformat()}
-                 for w in db.session.scalars(db.select(Workflow))}
-    return {"tenants": tenants, "keys": keys, "tiers": tiers, "pools": pools,
-            "global_policy": schema.effective(global_policy, None), "workflows": workflows}
+    tiers = tuple(TierEntry(
+        id=t.id, name=t.name, rank=t.rank, model=t.model,
+        price_input_per_m=str(t.price_input_per_m),
+        price_cached_input_per_m=str(t.price_cached_input_per_m),
+        price_output_per_m=str(t.price_output_per_m),
+        price_schedule=tuple(PriceChange.from_json(c) for c in schedules.get(t.id, [])),
+        upstream_kind=t.upstream_kind, pool_id=t.pool_id, endpoint_url=t.endpoint_url,
+        api_key_env=t.api_key_env, timeout_s=t.timeout_s, enabled=t.enabled)
+        for t in db.session.scalars(db.select(Tier).order_by(Tier.rank)))
+    workflows = {f"{w.tenant_id}:{w.signature}": WorkflowEntry(
+        w.id, w.name, w.category, w.first_seen_at.isoformat())
+        for w in db.session.scalars(db.select(Workflow))}
+    return SnapshotData(tenants=tenants, keys=keys, tiers=tiers, pools=pools,
+                        workflows=workflows,
+                        global_policy=schema.effective(global_policy, None)).to_json()
 
 
 def publish() -> int:
@@ -73,11 +66,11 @@ def publish() -> int:
     snap = build_snapshot()
     r = get_redis()
     k = keys()
-    version = r.incr(k.k("snapshot", "version"))
+    version = r.incr(k.snapshot_version())
     snap["version"] = version
     pipe = r.pipeline()
-    pipe.set(k.k("snapshot", "data"), json.dumps(snap, separators=(",", ":")))
-    pipe.publish(k.k("snapshot", "changed"), version)
+    pipe.set(k.snapshot_data(), json.dumps(snap, separators=(",", ":")))
+    pipe.publish(k.snapshot_changed(), version)
     pipe.execute()
     return version
 

@@ -3,7 +3,7 @@ import uuid
 
 import pytest
 
-from app.cache.store import CacheStore
+from app.contract.cache.store import CacheStore
 
 
 @pytest.fixture(scope="session")

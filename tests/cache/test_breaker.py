@@ -9,9 +9,9 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from app.cache.keys import build_key
-from app.cache.store import CacheStore
-from app.policies.schema import DEFAULTS
+from app.contract.cache.keys import build_key
+from app.contract.cache.store import CacheStore
+from app.contract.policy import DEFAULTS
 from tests.gateway.conftest import wait_for
 from tests.gateway.test_redis_outage import start_redis
 

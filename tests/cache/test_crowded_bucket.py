@@ -7,9 +7,9 @@ import uuid
 import numpy as np
 import pytest
 
-from app.cache.keys import build_key
-from app.cache.store import CacheStore
-from app.policies.schema import DEFAULTS
+from app.contract.cache.keys import build_key
+from app.contract.cache.store import CacheStore
+from app.contract.policy import DEFAULTS
 
 TH = DEFAULTS["cache_similarity_threshold"]
 ADJ = """quick simple short clear formal friendly polite detailed careful gentle brief plain

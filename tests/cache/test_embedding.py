@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.cache import embedding, encoders
+from app.contract.cache import embedding, encoders
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +121,7 @@ def test_unwritable_cache_falls_back_to_sentence_transformers(tmp_path, referenc
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     embedding.configure("auto", cache_dir=blocker / "cache")  # cannot be created, even by root
-    with caplog.at_level(logging.WARNING, logger="app.cache.embedding"):
+    with caplog.at_level(logging.WARNING, logger="app.contract.cache.embedding"):
         vecs = embedding.embed_many(TEXTS)
         embedding.embed("again")
         embedding.embed("and again")
@@ -161,7 +161,7 @@ def test_an_export_that_disagrees_with_encode_is_refused(export_dir, tmp_path, r
 EXPORT_ONCE = """
 import sys
 from pathlib import Path
-from app.cache import embedding
+from app.contract.cache import embedding
 embedding.configure("onnx", cache_dir=sys.argv[1])
 print(embedding.get_encoder().name, embedding.embed("same vectors").tolist()[:4])
 """

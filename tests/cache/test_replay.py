@@ -1,7 +1,7 @@
 """A cached answer replayed as an OpenAI chunk stream assembles back to the same answer."""
 import json
 
-from app.cache.replay import assemble_stream, replay_as_sse_chunks, sse_lines
+from app.contract.cache.replay import assemble_stream, replay_as_sse_chunks, sse_lines
 
 CACHED = {"id": "chatcmpl-old", "object": "chat.completion", "model": "tier-1", "choices": [
     {"index": 0, "finish_reason": "stop",

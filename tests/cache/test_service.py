@@ -2,12 +2,12 @@
 import pytest
 
 from app.audit.models import AuditLog
-from app.cache.embedding import embed
-from app.cache.keys import build_key
+from app.contract.cache.embedding import embed
+from app.contract.cache.keys import build_key
 from app.cache.service import get_store, invalidate_cache
 from app.errors import Forbidden
 from app.extensions import db
-from app.policies.schema import DEFAULTS
+from app.contract.policy import DEFAULTS
 from tests.factories import TenantFactory, UserFactory
 
 

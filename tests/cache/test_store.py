@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import redis
 
-from app.cache.embedding import embed, fits_window, question_text, semantic_text
-from app.cache.keys import build_key, is_cacheable_request, is_cacheable_response
-from app.cache.store import CacheStore
-from app.policies.schema import DEFAULTS
+from app.contract.cache.embedding import embed, fits_window, question_text, semantic_text
+from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
+from app.contract.cache.store import CacheStore
+from app.contract.policy import DEFAULTS
 
 POLICY = dict(DEFAULTS)
 TH = DEFAULTS["cache_similarity_threshold"]

@@ -1,11 +1,11 @@
 """Cache invalidation from the console page and the admin API (same service, audited)."""
 from app.audit.models import AuditLog
 from app.auth.service import create_admin_token
-from app.cache.embedding import embed
-from app.cache.keys import build_key
+from app.contract.cache.embedding import embed
+from app.contract.cache.keys import build_key
 from app.cache.service import get_store
 from app.extensions import db
-from app.policies.schema import DEFAULTS
+from app.contract.policy import DEFAULTS
 from app.workflows.service import ensure_workflow
 from tests.api.conftest import Api
 from tests.console.web import browser, csrf_from, login

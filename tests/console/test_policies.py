@@ -3,7 +3,7 @@ from markupsafe import escape
 
 from app.audit.models import AuditLog
 from app.extensions import db
-from app.policies import schema
+from app.contract import policy as schema
 from app.policies.service import effective_policy, global_values, tenant_values
 from tests.console.web import submit
 from tests.factories import TenantFactory

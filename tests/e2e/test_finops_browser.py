@@ -63,7 +63,7 @@ def test_gateway_traffic_dashboard_csv_and_budget(world, console, page, tmp_path
     page.wait_for_selector(f"#budget-table tr[data-tenant='{world.tenant.name}']")
     assert "hard stop" in page.inner_text("#budget-table")
     service.reconcile_budget_counters()  # the finops.reconcile_budgets task: ledger -> Redis
-    from app.finops import budget
+    from app.contract import budget
     st = budget.state(_redis(), _ns(), world.tenant.id)
     assert st["spent_micro"] > st["limit_micro"] and st["action"] == "hard_stop"
     page.goto(console + "/finops/budgets")

@@ -44,7 +44,7 @@ def gateway_pricer():
     ``app.gateway.telemetry.finish`` calls) over the config snapshot built from SQL: tier
     prices with their effective-dated changes, as a gateway holds them."""
     from app.core.pricing import book_cost
-    from app.gateway.snapshot import Snapshot
+    from app.contract.snapshot import Snapshot
     from app.snapshot.service import build_snapshot
     snap = Snapshot(build_snapshot())
 
@@ -67,7 +67,7 @@ def book_through_ledger(rows, chunk=500):
     db.session.commit()
     events = [{**r, "at": r["at"].isoformat(), "cost_usd": f"{r['cost_usd']:f}",
                "baseline_cost_usd": f"{r['baseline_cost_usd']:f}"} for r in rows]
-    r, stream = get_redis(), keys().k("ledger", "stream")
+    r, stream = get_redis(), keys().ledger_stream()
     for i in range(0, len(events), chunk):
         r.xadd(stream, {"b": orjson.dumps(events[i:i + chunk])})
     drain_stream(max_batches=100)

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
-from app.finops import budget as rb
+from app.contract import budget as rb
 from app.finops import service
 from app.finops.models import BudgetAlert
 from app.ledger.models import LedgerEntry
@@ -240,7 +240,7 @@ def _push(redis_client, *events):
     import orjson
 
     from app.redis_client import keys
-    redis_client.xadd(keys().k("ledger", "stream"), {"b": orjson.dumps(list(events))})
+    redis_client.xadd(keys().ledger_stream(), {"b": orjson.dumps(list(events))})
 
 
 def _book(redis_client, ns, tenant_id, rid, cost, period, now):

@@ -14,7 +14,7 @@ from app.errors import Conflict, Forbidden, ValidationError
 from app.extensions import db
 from app.finops import prices
 from app.finops.models import GpuRate, TierPrice
-from app.gateway.snapshot import Snapshot
+from app.contract.snapshot import Snapshot
 from app.redis_client import get_redis, keys
 from tests.factories import PoolFactory, TenantFactory, TierFactory, UserFactory
 from tests.finops.conftest import api_token, csrf_of, login
@@ -24,7 +24,7 @@ NEW = {"price_input_per_m": "0.80", "price_cached_input_per_m": "0.20",
 
 
 def _published_snapshot() -> Snapshot:
-    raw = get_redis().get(keys().k("snapshot", "data"))
+    raw = get_redis().get(keys().snapshot_data())
     return Snapshot(json.loads(raw))
 
 

@@ -141,7 +141,7 @@ def test_a_pool_is_charged_its_gpu_hours_once_not_plus_its_token_estimates(app):
     from app.core.costing import cents
     from app.core.pricing import book_cost
     from app.finops import reports
-    from app.gateway.snapshot import Snapshot
+    from app.contract.snapshot import Snapshot
     from app.snapshot.service import build_snapshot
 
     tenant_a, tenant_b = TenantFactory(), TenantFactory()

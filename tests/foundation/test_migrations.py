@@ -26,7 +26,7 @@ def scratch_db(tmp_path):
 
 
 def test_upgrade_head_then_downgrade_base(scratch_db, app_config):
-    from app import create_app
+    from app.factory import create_app
     from app.extensions import db
     app = create_app({**app_config, "SQLALCHEMY_DATABASE_URI": scratch_db}, env="test")
     with app.app_context():
@@ -46,7 +46,7 @@ def test_models_match_migrations(scratch_db, app_config):
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from app import create_app
+    from app.factory import create_app
     from app.extensions import db
     app = create_app({**app_config, "SQLALCHEMY_DATABASE_URI": scratch_db}, env="test")
     with app.app_context():

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from app.core.costing import to_micro
-from app.finops import budget as rb
+from app.contract import budget as rb
 from tests.gateway.conftest import wait_for
 
 MSGS = [{"role": "user", "content": "budget check please"}]
@@ -98,7 +98,7 @@ def test_a_hard_budget_holds_under_concurrent_load_through_the_gateway(world, re
     from app.finops import service
     from app.finops.models import BudgetAlert
     from app.gateway.budget import estimate_usd
-    from app.gateway.snapshot import Snapshot
+    from app.contract.snapshot import Snapshot
     from app.snapshot.service import build_snapshot
     from tests.factories import UserFactory
 

@@ -17,7 +17,7 @@ from app.core.pricing import request_cost
 from app.core.router_features import feature_dim
 from app.gateway.context import RequestContext
 from app.gateway.stages import s01_route
-from app.router.published import PublishedRouters
+from app.contract.routers import PublishedRouters
 from tests.gateway.conftest import Server, health, make_world, wait_for
 from tests.gateway.test_pipeline import snap
 
@@ -46,7 +46,7 @@ def routed_ctx(params: dict | None, workflow_age_h: float = 100, **policy) -> Re
         routers.update("tenant:1", json.dumps({"version": 1, "params": params}))
     ctx = RequestContext(request_id="r", snapshot=s, tenant=s.tenant(1), key={},
                          body={"model": "auto", "messages": [{"role": "user", "content": "q"}]},
-                         gw=types.SimpleNamespace(routers=routers),
+                         services=types.SimpleNamespace(routers=routers),
                          workflow={"first_seen_at": (datetime.now(timezone.utc) - timedelta(
                              hours=workflow_age_h)).isoformat()})
     return ctx
@@ -229,7 +229,7 @@ def test_router_failure_falls_back_to_tier2(app, gateway, fake_replicas, frontie
     assert tier("while the router works") == "tier-1"
     r = get_redis()
     r.set(service.active_key(f"tenant:{w.tenant.id}"), b'{"params": corrupt')
-    bumped = r.incr(keys().k("router", "version"))
+    bumped = r.incr(keys().routers_version())
     wait_for(lambda: (health(w.gateway).get("router_version") or 0) >= bumped,
              what="router reload")
     assert tier("corrupt params") == "tier-2"

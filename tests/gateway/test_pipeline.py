@@ -9,9 +9,9 @@ import pytest
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
 from app.gateway.pipeline import RESPOND, START, TABLE, State, run_pipeline
-from app.gateway.snapshot import Snapshot
+from app.contract.snapshot import Snapshot
 from app.gateway.stages import s01_route, s03_prefill
-from app.policies.schema import DEFAULTS
+from app.contract.policy import DEFAULTS
 
 SEED_FALLBACKS = {"S00_CACHE_PROBE": "S01_CASCADE_ROUTE", "S01_CASCADE_ROUTE": "S01_DEFAULT_TIER2",
                   "S02_SCHEMA_MINIFY": "S02_PASSTHROUGH", "S03_PREFILL": "S03_LOCAL_PREFILL",
@@ -29,6 +29,17 @@ def snap(**policy) -> Snapshot:
     return Snapshot({"version": 1, "tiers": tiers, "pools": pools, "keys": {}, "workflows": {},
                      "tenants": {"1": {"id": 1, "name": "t", "department": "d",
                                        "status": "active", "policy": {**DEFAULTS, **policy}}}})
+
+
+def with_replica_state(s: Snapshot, state: str, pools: set[str] | None = None) -> Snapshot:
+    """The same snapshot with the replicas of ``pools`` (default: all) in ``state``
+    (a snapshot is immutable: the control plane publishes a new one)."""
+    raw = s.data.to_json()
+    for pid, pool in raw["pools"].items():
+        if pools is None or pid in pools:
+            for r in pool["replicas"]:
+                r["state"] = state
+    return Snapshot(raw)
 
 
 def ctx_for(s: Snapshot, system: str = "static", workflow=None, tier=None) -> RequestContext:
@@ -109,15 +120,11 @@ def test_prefill_pick_is_stable_by_prefix_and_skips_failed():
 
 
 def test_no_healthy_replica_takes_local_prefill_then_escalates():
-    s = snap()
-    for pool in s.pools.values():
-        for r in pool["replicas"]:
-            r["state"] = "starting"
+    s = with_replica_state(snap(), "starting")
     ctx = ctx_for(s)
     ctx.tier = s.tiers[0]
     with pytest.raises(s03_prefill.NoReplica):
         asyncio.run(s03_prefill.run(ctx))
     assert asyncio.run(s03_prefill.local_prefill(ctx)) == "S04_DECODE"
-    for r in s.pools["1"]["replicas"]:
-        r["state"] = "down"
+    ctx.snapshot = with_replica_state(s, "down", pools={"1"})
     assert asyncio.run(s03_prefill.local_prefill(ctx)) == "S04_ESCALATE_TIER_UP"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from app.core.rendezvous import LOAD_FLOOR, ReplicaView, affinity_key, hrw_order
-from app.routing.load import InflightTracker, read_loads
+from app.contract.inflight import InflightTracker, read_loads
 from tests.gateway.conftest import make_world, wait_for
 
 MSGS = [{"role": "system", "content": "You route tickets."},

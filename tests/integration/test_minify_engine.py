@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from app.core.minify_alias import key_words
-from app.minify.tokens import count_tokens
+from app.contract.tokenizers import count_tokens
 from tests.gateway.conftest import make_world
 
 STATUS = ["AWAITING_CUSTOMER_RESPONSE", "ESCALATED_TO_ENGINEERING",

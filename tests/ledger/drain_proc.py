@@ -14,7 +14,7 @@ import sys
 
 
 def main() -> None:
-    from app import create_app
+    from app.factory import create_app
     from app.ledger.service import drain_stream
     config, mode, batch = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     app = create_app(config, env="test")

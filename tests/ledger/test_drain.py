@@ -30,7 +30,7 @@ def event(tenant_id: int, n: int, workflow: str = "wf-a") -> dict:
 
 
 def push(redis_client, events: list[dict]) -> None:
-    stream = keys().k("ledger", "stream")
+    stream = keys().ledger_stream()
     pipe = redis_client.pipeline()
     for ev in events:
         pipe.xadd(stream, {"e": orjson.dumps(ev)})
@@ -44,7 +44,7 @@ def count(tenant_id: int) -> int:
 
 
 def pending(redis_client) -> int:
-    return redis_client.xpending(keys().k("ledger", "stream"), GROUP)["pending"]
+    return redis_client.xpending(keys().ledger_stream(), GROUP)["pending"]
 
 
 def test_duplicates_and_redelivery_count_once(app, redis_client):
@@ -63,12 +63,12 @@ def test_duplicates_and_redelivery_count_once(app, redis_client):
 
 def test_poison_entry_is_moved_aside(app, redis_client):
     t = TenantFactory()
-    stream = keys().k("ledger", "stream")
+    stream = keys().ledger_stream()
     redis_client.xadd(stream, {"e": b"{broken"})
     push(redis_client, [event(t.id, 1)])
     redis_client.xadd(stream, {"e": orjson.dumps({"request_id": "x"})})  # no tenant
     assert drain_stream() == 1
-    assert redis_client.xlen(keys().k("ledger", "dead")) >= 2
+    assert redis_client.xlen(keys().ledger_dead()) >= 2
     assert pending(redis_client) == 0
 
 
@@ -113,14 +113,14 @@ def test_kill_at_any_moment_loses_nothing(app, redis_client, app_config):
     assert 0 < partial < n, "the kill should land mid-drain"
     drain_stream(max_batches=1000, min_idle_ms=0)
     assert count(t.id) == n
-    assert pending(redis_client) == 0 and redis_client.xlen(keys().k("ledger", "stream")) == 0
+    assert pending(redis_client) == 0 and redis_client.xlen(keys().ledger_stream()) == 0
 
 
 def test_new_workflows_reach_the_gateway_snapshot(app, redis_client):
     t = TenantFactory()
     push(redis_client, [event(t.id, 1, workflow="wf-new")])
     drain_stream()
-    snap = orjson.loads(redis_client.get(keys().k("snapshot", "data")))
+    snap = orjson.loads(redis_client.get(keys().snapshot_data()))
     assert f"{t.id}:wf-new" in snap["workflows"]
 
 
@@ -128,7 +128,7 @@ def test_a_bad_event_in_a_gateway_batch_is_moved_aside_alone(app, redis_client):
     """A batch entry (field ``b``) with one event the table cannot take: the others land,
     the bad one goes to the dead stream, and the stream is not stuck on it."""
     t = TenantFactory()
-    stream, dead = keys().k("ledger", "stream"), keys().k("ledger", "dead")
+    stream, dead = keys().ledger_stream(), keys().ledger_dead()
     bad = {**event(t.id, 2), "status": "not-a-number"}
     dead_before = redis_client.xlen(dead)
     redis_client.xadd(stream, {"b": orjson.dumps([event(t.id, 1), bad, event(t.id, 3)])})

@@ -13,7 +13,7 @@ from tests.ledger.test_drain import event
 def test_worker_drains_the_stream(app, redis_client, celery_worker):
     t = TenantFactory()
     for i in range(7):
-        redis_client.xadd(keys().k("ledger", "stream"), {"e": orjson.dumps(event(t.id, i))})
+        redis_client.xadd(keys().ledger_stream(), {"e": orjson.dumps(event(t.id, i))})
     app.extensions["celery"].send_task("ledger.drain", kwargs={"max_batches": 5})
 
     def rows() -> int:

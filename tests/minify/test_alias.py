@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app.core.minify import (MinifyOptions, StreamExpander, expand_json, minify_json,
                              minify_schema, rewrite_text, validate_minified)
 from app.core.minify_alias import assign_aliases, key_words, semantic_candidates
-from app.minify.tokens import get_counter
+from app.contract.tokenizers import get_counter
 from tests.minify.strategies import chunked, instance, schemas
 
 SEMANTIC = MinifyOptions(alias_style="semantic")

@@ -70,7 +70,7 @@ def test_report_minify_enums_flag(runner, tmp_path):
 
 
 def test_ledger_savings_fields():
-    from app.minify.savings import output_token_savings
+    from app.contract.savings import output_token_savings
     small = '{"a":"Revenue Operations"}'
     full = '{"extracted_customer_organization_department_name":"Revenue Operations"}'
     fields = output_token_savings(small, full, "cl100k_base")
@@ -101,7 +101,7 @@ def test_report_alias_styles_save_the_same_tokens_on_the_corpus(runner):
 def test_report_spaced_baseline_counts_the_separators_a_pool_no_longer_writes(runner, tmp_path):
     """--baseline spaced: the original as xgrammar writes it without Sluice (", " ": "),
     the minified output as the compact grammar makes the pool write it."""
-    from app.minify.tokens import count_tokens
+    from app.contract.tokenizers import count_tokens
     cases = tmp_path / "cases.jsonl"
     cases.write_text(json.dumps(CASE) + "\n")
     got = {}

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.core.minify import MinifyOptions, minify_json, minify_response_format
 from app.core.minify_compact import STYLE_HINT, compact_grammar, respace, with_style_hint
-from app.minify.tokens import get_counter
+from app.contract.tokenizers import get_counter
 
 CORPUS = pathlib.Path(__file__).parents[2] / "bench" / "data" / "minify_corpus.jsonl"
 CASES = [json.loads(line) for line in CORPUS.read_text().splitlines() if line.strip()]
@@ -72,7 +72,7 @@ def test_ledger_raw_equivalent_credits_keys_not_separators_on_a_compact_answer()
 
     from app.gateway.stages.s02_minify import MinifyState
     from app.gateway.stages.s05_expand import _savings
-    from app.minify.tokens import count_tokens
+    from app.contract.tokenizers import count_tokens
     minified = '{"customer":"Ada Lovelace","total":12}'
     expanded = '{"customer_full_name":"Ada Lovelace","invoice_total_amount":12}'
     got = {}

@@ -127,7 +127,7 @@ def test_escaped_and_unicode_values():
 
 
 def test_response_format_with_only_enum_values_to_shorten():
-    from app.minify.tokens import get_counter
+    from app.contract.tokenizers import get_counter
     cl100k = get_counter("cl100k_base")
     rf = {"type": "json_schema", "json_schema": {"name": "t", "schema": obj(
         status={"enum": ["AWAITING_CUSTOMER_RESPONSE", "ESCALATED_TO_ENGINEERING"]})}}
@@ -152,7 +152,7 @@ def test_semantic_enum_aliases_are_a_word_only_that_value_has():
     """alias_style semantic: a value's alias is a word of it, read left to right (enum
     names lead with what tells them apart), and never a word another value shares, which
     would tell the model the wrong thing; such values get letters."""
-    from app.minify.tokens import get_counter
+    from app.contract.tokenizers import get_counter
     priority = {"type": "string", "enum": ["HIGH_PRIORITY_SERVICE_DOWN",
                                            "LOW_PRIORITY_ROUTINE_REQUEST"]}
     related = {"type": "string", "enum": ["NOT_RELATED", "UNLIKELY_RELATED", "RELATED"]}

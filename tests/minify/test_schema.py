@@ -173,7 +173,7 @@ def test_input_schema_not_mutated():
 
 
 def test_tokenizer_candidates_are_single_tokens():
-    from app.minify.tokens import get_counter
+    from app.contract.tokenizers import get_counter
     counter = get_counter("cl100k_base")
     schema = obj(**{f"field_number_{i}_description": S for i in range(60)})
     _, keymap = minify_schema(schema, tokenizer=counter)
@@ -196,7 +196,7 @@ def test_root_array_and_prefix_items():
 
 
 def test_keys_already_one_token_are_kept_with_a_real_tokenizer():
-    from app.minify.tokens import get_counter
+    from app.contract.tokenizers import get_counter
     counter = get_counter("cl100k_base")
     schema = obj(status=S, extracted_customer_name=S)
     _, keymap = minify_schema(schema, tokenizer=counter)

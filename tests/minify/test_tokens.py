@@ -8,7 +8,7 @@ import string
 import pytest
 
 from app.core.minify import DEFAULT_CANDIDATES
-from app.minify.tokens import (TIKTOKEN_SHA256, TIKTOKEN_URL, count_tokens, get_counter,
+from app.contract.tokenizers import (TIKTOKEN_SHA256, TIKTOKEN_URL, count_tokens, get_counter,
                                tiktoken_cache_dir, tokenizer_for_model)
 
 

@@ -44,12 +44,12 @@ def test_labels_and_data_parallel_engines():
 
 def test_live_stats_go_to_redis_with_a_ttl_for_the_gateway(app, redis_client):
     from app.redis_client import keys
-    from app.routing.load import read_loads
+    from app.contract.inflight import read_loads
     stats = live_stats(parse_prometheus(SAMPLE))
     store_live(redis_client, keys(), 41, stats, ttl_s=30, at=time.time())
     raw = read_live(redis_client, keys(), 41)
     assert float(raw["num_requests_waiting"]) == 4 and float(raw["kv_cache_usage_perc"]) > 0.6
-    assert 0 < redis_client.ttl(keys().k("replica", 41, "stats")) <= 30
+    assert 0 < redis_client.ttl(keys().replica_stats(41)) <= 30
     # the gateway's bounded load reads the scraped queue depth from the same hash
     assert read_loads(redis_client, [41], keys())[41] == 4
 

@@ -27,7 +27,7 @@ def _replicas(pool_id: int) -> list[Replica]:
 
 
 def _snapshot_states(redis_client, pool_id: int) -> dict[int, str]:
-    snap = json.loads(redis_client.get(keys().k("snapshot", "data")) or "{}")
+    snap = json.loads(redis_client.get(keys().snapshot_data()) or "{}")
     pool = snap.get("pools", {}).get(str(pool_id), {})
     return {r["id"]: r["state"] for r in pool.get("replicas", [])}
 
@@ -101,7 +101,7 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
             db.session.expire_all()
             rows = db.session.scalar(db.select(db.func.count(ReplicaMetric.id)).where(
                 ReplicaMetric.replica_id.in_([r.id for r in replicas])))
-            return rows >= 2 and all(redis_client.exists(keys().k("replica", r.id, "stats"))
+            return rows >= 2 and all(redis_client.exists(keys().replica_stats(r.id))
                                      for r in replicas)
         pool_worker.wait_for(scraped, 60, "live stats in Redis and rows in SQL")
         stats = redis_client.hgetall(keys().k("replica", replicas[0].id, "stats"))
@@ -127,7 +127,7 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
         # No supervisor tick now, so it stays down: the gateway keeps serving, all from
         # the survivor.
         from tests.gateway.conftest import health, wait_for
-        version = int(redis_client.get(keys().k("snapshot", "version")))
+        version = int(redis_client.get(keys().snapshot_version()))
         wait_for(lambda: (health(gateway).get("snapshot_version") or 0) >= version, 15,
                  "gateway reloads the snapshot")
         served_before = _served([other])[other.id]

@@ -3,7 +3,7 @@ import numpy as np
 from app.core import router_model as rm
 from app.redis_client import keys
 from app.router import service
-from app.router.published import PublishedRouters, scopes_for
+from app.contract.routers import PublishedRouters, scopes_for
 from tests.factories import TenantFactory
 from tests.router.helpers import traces
 
@@ -27,7 +27,7 @@ def test_gateway_side_picks_up_promotions_without_restart(app, redis_client):
 
     # a corrupted entry degrades that scope to the fallback instead of failing
     redis_client.set(service.active_key(f"tenant:{t.id}"), b"{not json")
-    redis_client.incr(keys().k("router", "version"))
+    redis_client.incr(keys().routers_version())
     routers.refresh(redis_client, ns)
     assert routers.get(t.id, "wf1") is None
 

@@ -48,14 +48,14 @@ def test_bad_scope_rejected(app):
 
 
 def stored_active(redis_client, scope):
-    raw = redis_client.get(keys().k("router", scope, "active"))
+    raw = redis_client.get(keys().router_active(scope))
     return json.loads(raw) if raw else None
 
 
 def test_versioning_promotion_and_publish(app, redis_client):
     t = TenantFactory()
     scope = f"tenant:{t.id}"
-    v0 = int(redis_client.get(keys().k("router", "version")) or 0)
+    v0 = int(redis_client.get(keys().routers_version()) or 0)
 
     first = service.train_scope(scope, traces(800, seed=1))
     assert (first.version, first.status) == (1, "active")
@@ -66,7 +66,7 @@ def test_versioning_promotion_and_publish(app, redis_client):
         assert m["calibration"][rank]["auc"] > 0.85
     pub = stored_active(redis_client, scope)
     assert pub["version"] == 1 and pub["params"] == first.params
-    assert int(redis_client.get(keys().k("router", "version"))) == v0 + 1
+    assert int(redis_client.get(keys().routers_version())) == v0 + 1
 
     # a version trained on inverted labels is worse at equal cost: rejected, v1 stays
     bad = service.train_scope(scope, traces(800, seed=2, flip_train=True))
@@ -101,7 +101,7 @@ def test_set_taus_for_target_updates_tenant_policy_and_snapshot(app, redis_clien
     assert (pol["router_tau_1"], pol["router_tau_2"]) == (taus["router_tau_1"], taus["router_tau_2"])
     assert taus == service.taus_for_target(model, 0.99)
     # the gateway reads policies from the snapshot: it changed without any restart
-    snap = json.loads(redis_client.get(keys().k("snapshot", "data")))
+    snap = json.loads(redis_client.get(keys().snapshot_data()))
     assert snap["tenants"][str(t.id)]["policy"]["router_tau_1"] == taus["router_tau_1"]
     with pytest.raises(ValidationError):
         service.set_taus_for_target(ops, model.id, 1.2)

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 import redis.asyncio as aioredis
 
-from app.routing.lint import KEEP, LintSampler, analyze_workflow, lint_report
+from app.contract.lint import KEEP, LintSampler, analyze_workflow, lint_report
 from tests.factories import UserFactory
 from tests.gateway.conftest import make_world, wait_for
 

@@ -8,7 +8,7 @@ import time
 import redis.asyncio as aioredis
 
 from app.core.rendezvous import ReplicaView, pick_replica
-from app.routing.load import (AsyncInflightTracker, InflightTracker, cache_salt, cache_salt_for,
+from app.contract.inflight import (AsyncInflightTracker, InflightTracker, cache_salt, cache_salt_for,
                               read_loads, read_loads_async)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from app.core.template_lint import find_dynamic, lint_samples, tokens_lost_per_day
-from app.routing.lint import analyze_workflow, lint_report, record_prompt_sample
+from app.contract.lint import analyze_workflow, lint_report, record_prompt_sample
 
 STATIC = "You are the billing assistant of Acme. Follow the policies below.\n" + \
          "Policy: refunds within 30 days. " * 400

@@ -5,7 +5,7 @@ import json
 import re
 
 from app.routing import service
-from app.routing.lint import record_prompt_sample
+from app.contract.lint import record_prompt_sample
 from tests.factories import TenantFactory, UserFactory
 
 

@@ -86,7 +86,7 @@ def live_stats(samples: Samples) -> dict[str, Any]:
 
 
 def stats_key(keys, replica_id: int) -> str:
-    return keys.k("replica", replica_id, "stats")
+    return keys.replica_stats(replica_id)
 
 
 def store_live(redis, keys, replica_id: int, stats: dict[str, Any], *, ttl_s: int = 30,

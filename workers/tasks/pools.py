@@ -65,7 +65,7 @@ def scrape(node: str | None = None):
 def _keep_result(pool_id: int, action: str, results: dict) -> dict:
     from app.redis_client import get_redis, keys
     out = {str(k): v for k, v in results.items()}
-    get_redis().set(keys().k("pool", pool_id, "lora", "last"),
+    get_redis().set(keys().pool_lora_last(pool_id),
                     json.dumps({"action": action, "results": out}), ex=86400)
     return out
 

@@ -18,8 +18,10 @@ from typing import Any
 
 import anyio
 
-from app.cache.keys import build_key, is_cacheable_request, is_cacheable_response
-from app.gateway.context import RequestContext
+from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
+from app.contract.keys import Keys
+from app.gateway.context import GatewayServices, RequestContext
+from app.gateway.request_facts import embedding
 
 log = logging.getLogger(__name__)
 SERVED_TTL_S = 8 * 86400  # how long feedback on a served hit can find its entry
@@ -29,7 +31,7 @@ class GatewayCache:
     """The worker's cache store (sync Redis client, Qdrant write-through), built lazily."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        from app.cache.embedding import configure_from
+        from app.contract.cache.embedding import configure_from
         self.config = config
         self._store = None
         self._lock = threading.Lock()
@@ -44,7 +46,7 @@ class GatewayCache:
                     from redis.backoff import NoBackoff
                     from redis.retry import Retry
 
-                    from app.cache.store import CacheStore
+                    from app.contract.cache.store import CacheStore
                     # No retries: a cache that does not answer at once is a miss, and the
                     # store's circuit breaker skips Redis until it is back.
                     client = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
@@ -56,7 +58,7 @@ class GatewayCache:
         return self._store
 
     def served_key(self, request_id: str) -> str:
-        return f"{self.config.get('REDIS_NAMESPACE', 'sluice')}:cache:served:{request_id}"
+        return Keys(self.config.get("REDIS_NAMESPACE", "sluice")).cache_served(request_id)
 
     def close(self) -> None:
         if self._store is not None:
@@ -68,31 +70,21 @@ def warm() -> None:
     """Load the embedding encoder (seconds; the first time on a host it exports the model
     to ONNX) so the first request does not wait."""
     try:
-        from app.cache.embedding import get_encoder
+        from app.contract.cache.embedding import get_encoder
         get_encoder()
     except Exception:  # noqa: BLE001 - a cold model is loaded on first use instead
         log.exception("embedding model warm-up failed")
 
 
-def embedding(ctx: RequestContext):
-    """The request's one embedding, computed on first need (cache or router)."""
-    from app.cache.embedding import embed, question_text
-    if ctx.embedding is None:
-        text = ctx.cache_key.text if ctx.cache_key is not None else question_text(
-            ctx.body.get("messages") or [])
-        ctx.embedding = embed(text)
-    return ctx.embedding
-
-
 def _cacheable(ctx: RequestContext) -> bool:
-    return ctx.gw is not None and getattr(ctx.gw, "cache", None) is not None \
+    return ctx.services is not None and getattr(ctx.services, "cache", None) is not None \
         and is_cacheable_request(ctx.body, ctx.policy)
 
 
 def _probe(ctx: RequestContext, store):
     """Runs in a worker thread: key, exact lookup, then embedding and semantic lookup."""
     ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
-    threshold = float(ctx.policy.get("cache_similarity_threshold") or 0.965)
+    threshold = float(ctx.policy["cache_similarity_threshold"])
     hit = store.lookup(key, None, threshold)
     if hit is None:
         hit = store.lookup(key, embedding(ctx), threshold, exact=False)
@@ -108,7 +100,7 @@ async def run(ctx: RequestContext) -> str:
     if not _cacheable(ctx):
         ctx.telemetry["cache_bypass"] = True
         return "S01_CASCADE_ROUTE"
-    cache = ctx.gw.cache
+    cache = ctx.services.cache
     ctx.collect_stream = True
     hit = await anyio.to_thread.run_sync(_probe, ctx, cache.store)
     if hit is None:
@@ -117,11 +109,11 @@ async def run(ctx: RequestContext) -> str:
     ctx.cached_response = _served(hit.response, ctx.request_id)
     ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
                                   "similarity": round(hit.similarity, 5)}
-    await ctx.gw.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
+    await ctx.services.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
     if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
         return "RESPOND"
     try:
-        await ctx.gw.redis.set(cache.served_key(ctx.request_id), hit.request_id,
+        await ctx.services.redis.set(cache.served_key(ctx.request_id), hit.request_id,
                                ex=SERVED_TTL_S)
     except Exception as exc:  # noqa: BLE001 - feedback on this hit then cannot evict it
         log.warning("request %s: could not record the served hit: %s", ctx.request_id, exc)
@@ -131,7 +123,7 @@ async def run(ctx: RequestContext) -> str:
 def _store(ctx: RequestContext, store, response: dict) -> None:
     if is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
         store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
-                    int(ctx.policy.get("cache_ttl_s") or 0), ctx.workflow_signature or None)
+                    int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
@@ -140,18 +132,18 @@ async def on_complete(ctx: RequestContext, response: dict | None) -> None:
     answer went out (a background task of the gateway)."""
     if response is None or ctx.cache != "miss" or ctx.cache_key is None or ctx.status != 200:
         return
-    await anyio.to_thread.run_sync(_store, ctx, ctx.gw.cache.store, response)
+    await anyio.to_thread.run_sync(_store, ctx, ctx.services.cache.store, response)
 
 
-async def evict_for_feedback(gw, request_id: str) -> bool:
+async def evict_for_feedback(services: GatewayServices, request_id: str) -> bool:
     """Feedback "fail" on ``request_id``: drop the entry it was served from (a hit) or
     the entry its own answer became (a miss that was stored)."""
-    cache = getattr(gw, "cache", None)
+    cache = getattr(services, "cache", None)
     if cache is None:
         return False
     source = None
     try:
-        source = await gw.redis.get(cache.served_key(request_id))
+        source = await services.redis.get(cache.served_key(request_id))
     except Exception as exc:  # noqa: BLE001
         log.warning("feedback: served-hit lookup failed: %s", exc)
     target = source.decode() if isinstance(source, bytes) else (source or request_id)

@@ -3,7 +3,7 @@
 An explicit tier is honoured (handlers.resolve_model already refused it with 403 when the
 policy has ``allow_explicit_tier`` off). ``auto`` sends a new workflow (unknown, or
 younger than the policy's ``frontier_first_hours``) to the frontier tier; otherwise the
-calibrated router active for the request's scope (``gw.routers``, published by the
+calibrated router active for the request's scope (``ctx.services.routers``, published by the
 control plane) picks the cheapest tier with q_k ≥ τ_k (policy ``router_tau_1/2``). Its
 input is the request's one embedding (S00's, or made here) plus structural features.
 
@@ -28,7 +28,7 @@ from app.core import router_model as rm
 from app.core.router_features import request_features
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway.stages import s00_cache
+from app.gateway.request_facts import embedding, schema_present
 
 DEFAULT_TIER2 = "S01_DEFAULT_TIER2"
 
@@ -60,13 +60,8 @@ def is_new_workflow(workflow: dict | None, frontier_first_hours: float,
     return ((now or time.time()) - first) < frontier_first_hours * 3600
 
 
-def schema_present(body: dict) -> bool:
-    rf = body.get("response_format")
-    return isinstance(rf, dict) and rf.get("type") == "json_schema"
-
-
 def active_router(ctx: RequestContext) -> rm.Router | None:
-    routers = getattr(ctx.gw, "routers", None)
+    routers = getattr(ctx.services, "routers", None)
     if routers is None:
         return None
     return routers.get(ctx.tenant["id"], ctx.workflow_signature or None)
@@ -84,7 +79,7 @@ async def trace_features(ctx: RequestContext, *, embed: bool = True) -> None:
         if ctx.embedding is None:
             if not embed:
                 return
-            await anyio.to_thread.run_sync(s00_cache.embedding, ctx)
+            await anyio.to_thread.run_sync(embedding, ctx)
         ctx.router_features = features(ctx)
     except Exception as exc:  # noqa: BLE001 - a missing trace must not change the route
         ctx.telemetry["router_features_error"] = f"{type(exc).__name__}: {exc}"[:200]
@@ -97,7 +92,7 @@ async def run(ctx: RequestContext) -> str:
         await trace_features(ctx, embed=False)
         return "S02_SCHEMA_MINIFY"
     tiers = _allowed(ctx)
-    if is_new_workflow(ctx.workflow, float(ctx.policy.get("frontier_first_hours") or 0)):
+    if is_new_workflow(ctx.workflow, float(ctx.policy["frontier_first_hours"])):
         ctx.tier = tiers[-1]
         ctx.telemetry["route_reason"] = "frontier_first"
         await trace_features(ctx)
@@ -108,7 +103,7 @@ async def run(ctx: RequestContext) -> str:
         await trace_features(ctx)
         return DEFAULT_TIER2
     if ctx.embedding is None:
-        await anyio.to_thread.run_sync(s00_cache.embedding, ctx)
+        await anyio.to_thread.run_sync(embedding, ctx)
     x = ctx.router_features = features(ctx)
     decision = rm.route_decision(router, x, rm.taus_from_policy(ctx.policy))
     if decision.reason == rm.S01_DEFAULT_TIER2:

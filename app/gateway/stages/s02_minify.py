@@ -45,7 +45,7 @@ class MinifyState:
 def tokenizer_name(ctx: RequestContext) -> str:
     """Token counter for the tier: the reference engine runs SmolLM2, external tiers
     count as cl100k, other pools by their model name."""
-    from app.minify.tokens import SMOLLM2, tokenizer_for_model
+    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
     tier = ctx.tier or {}
     if tier.get("upstream_kind") != "pool":
         return "cl100k_base"
@@ -56,7 +56,7 @@ def tokenizer_name(ctx: RequestContext) -> str:
 
 
 def _wants(ctx: RequestContext) -> bool:
-    if not ctx.policy.get("minify_enabled", True):
+    if not ctx.policy["minify_enabled"]:
         return False
     rf = ctx.body.get("response_format")
     if isinstance(rf, dict) and rf.get("type") == "json_schema":
@@ -67,12 +67,11 @@ def _wants(ctx: RequestContext) -> bool:
 def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     from app.core.minify import (MinifyOptions, minify_response_format, minify_tools,
                                  rewrite_messages)
-    from app.minify.tokens import get_counter
-    from app.policies.schema import DEFAULTS
+    from app.contract.tokenizers import get_counter
     counter = get_counter(name)
     options = MinifyOptions(
-        minify_enums=bool(ctx.policy.get("minify_enums", DEFAULTS["minify_enums"])),
-        alias_style=ctx.policy.get("minify_alias_style") or DEFAULTS["minify_alias_style"])
+        minify_enums=bool(ctx.policy["minify_enums"]),
+        alias_style=ctx.policy["minify_alias_style"])
     body = dict(ctx.body)
     keymap = schema = new_rf = None
     res = minify_response_format(body.get("response_format"), tokenizer=counter,
@@ -99,7 +98,7 @@ def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
     """Swap ``response_format`` for a compact-separator grammar of the same schema when
     the tier is a pool and the policy wants it; False (body untouched) otherwise."""
     from app.core.minify_compact import compact_grammar, with_style_hint
-    if not ctx.policy.get("minify_compact_json", True) \
+    if not ctx.policy["minify_compact_json"] \
             or (ctx.tier or {}).get("upstream_kind") != "pool" or "structured_outputs" in body:
         return False
     grammar = compact_grammar(schema)
@@ -107,7 +106,7 @@ def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
         return False
     body.pop("response_format", None)
     body["structured_outputs"] = {"grammar": grammar}
-    if ctx.policy.get("minify_style_hint", True):
+    if ctx.policy["minify_style_hint"]:
         body["messages"] = with_style_hint(body["messages"])
     return True
 

@@ -11,7 +11,8 @@ import logging
 
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway.stages import s03_prefill, s04_margin
+from app.gateway import replicas
+from app.gateway.stages import s04_margin
 from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,7 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
         # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
     if ctx.tier.get("upstream_kind") == "pool":
-        salt = s03_prefill.salt(ctx)
+        salt = replicas.salt(ctx)
         if salt:
             body["cache_salt"] = salt
     elif "structured_outputs" in body and ctx.minify is not None and ctx.minify.compact:
@@ -39,13 +40,13 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
 
 async def _attempt(ctx: RequestContext) -> str:
     """One upstream call; returns the margin decision ("pass" when not monitored)."""
-    gw, tier, replica = ctx.gw, ctx.tier, ctx.replica
+    services, tier, replica = ctx.services, ctx.tier, ctx.replica
     headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
-                                       gw.upstream.api_key(tier))
+                                       services.upstream.api_key(tier))
     watch = s04_margin.applies(ctx)
     body = upstream_body(ctx, margin=watch)
-    await gw.track_replica(ctx, replica.get("id"))
-    resp = await gw.upstream.open(chat_url(replica["url"]), headers, body,
+    await services.track_replica(ctx, replica.get("id"))
+    resp = await services.upstream.open(chat_url(replica["url"]), headers, body,
                                   float(tier.get("timeout_s") or 60.0), ctx.stream)
     ctx.ttft_ms = ctx.elapsed_ms()
     ctx.upstream_status = resp.status_code
@@ -83,14 +84,14 @@ async def run(ctx: RequestContext) -> str:
             log.warning("request %s: %s on %s (tier %s)", ctx.request_id, exc, url,
                         ctx.tier["name"])
             ctx.failed_replicas.add(url)
-            ctx.gw.upstream.eject(url)
-            ctx.gw.metrics.upstream_failure(ctx.tier["name"], exc.kind)
+            ctx.services.upstream.eject(url)
+            ctx.services.metrics.upstream_failure(ctx.tier["name"], exc.kind)
             ctx.telemetry.setdefault("retries", []).append(
                 {"tier": ctx.tier["name"], "replica": ctx.replica.get("name"), "error": exc.kind})
-            remaining = s03_prefill.live_replicas(ctx, healthy_only=False)
+            remaining = replicas.live_replicas(ctx, healthy_only=False)
             if not remaining:
                 raise
-            ctx.replica = s03_prefill.pick(ctx, remaining)
+            ctx.replica = replicas.pick(ctx, remaining)
 
 
 def _gateway_error(exc: Exception | None) -> GatewayError:

@@ -20,7 +20,7 @@ from app.core.margin import ESCALATE, PASS, UNDECIDED, HeldStream, MarginMonitor
 from app.gateway import http1
 from app.gateway.budget import estimate_prompt_tokens
 from app.gateway.context import RequestContext
-from app.gateway.stages.s01_route import schema_present
+from app.gateway.request_facts import schema_present
 from app.gateway.upstream import UpstreamError
 
 MAX_HELD_BYTES = 1 << 20   # past this much held output, decide on what was seen
@@ -39,8 +39,8 @@ def applies(ctx: RequestContext) -> bool:
 
 def monitor(ctx: RequestContext) -> MarginMonitor:
     p = ctx.policy
-    return MarginMonitor(float(p.get("margin_gamma", 0.78)),
-                         int(p.get("margin_window_tokens") or 12),
+    return MarginMonitor(float(p["margin_gamma"]),
+                         int(p["margin_window_tokens"]),
                          schema=schema_present(ctx.body))
 
 

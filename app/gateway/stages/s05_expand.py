@@ -29,13 +29,13 @@ def _alert(ctx: RequestContext, problems: list[str]) -> dict:
     ctx.telemetry["schema_problems"] = problems[:10]
     if "S98_ALERT_SCHEMA_ERR" not in ctx.trace:
         ctx.trace.append("S98_ALERT_SCHEMA_ERR")
-    if ctx.gw is not None:
-        ctx.gw.metrics.schema_errors.inc()
+    if ctx.services is not None:
+        ctx.services.metrics.schema_errors.inc()
     return best_effort_marker(problems)
 
 
 def _savings(ctx: RequestContext, minified: str, expanded: str) -> None:
-    from app.minify.savings import output_token_savings
+    from app.contract.savings import output_token_savings
     st = ctx.minify
     if st is None or st.keymap is None or not minified:
         return
@@ -99,7 +99,7 @@ async def run(ctx: RequestContext) -> str:
     if problems:
         marker = _alert(ctx, problems)
         ctx.telemetry["schema_valid"] = False
-        if ctx.policy.get("schema_error_action", "retry") == "retry" \
+        if ctx.policy["schema_error_action"] == "retry" \
                 and not ctx.telemetry.get("schema_retry"):
             ctx.telemetry["schema_retry"] = True
             ctx.record_attempt("schema_retry")
@@ -210,6 +210,6 @@ async def alert_schema_error(ctx: RequestContext) -> str:
               ctx.stage_errors[-1] if ctx.stage_errors else "")
     ctx.telemetry["schema_error"] = True
     ctx.telemetry["schema_valid"] = False
-    if ctx.gw is not None:
-        ctx.gw.metrics.schema_errors.inc()
+    if ctx.services is not None:
+        ctx.services.metrics.schema_errors.inc()
     return "RESPOND"

@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 from app.core.template_lint import LintResult, approx_tokens, lint_samples, tokens_lost_per_day
-from app.redis_client import Keys
+from app.contract.keys import Keys
 
 KEEP = 12
 SAMPLE_EVERY = 50
@@ -39,13 +39,13 @@ def _day(ts: float) -> str:
 
 
 def _count_cmds(k: Keys, wf: str, n: int, ts: float) -> list[tuple[str, tuple]]:
-    day_key = k.k("lint", wf, "n", _day(ts))
+    day_key = k.lint_requests(wf, _day(ts))
     return [("incrby", (day_key, n)), ("expire", (day_key, DAY_TTL_S)),
-            ("sadd", (k.k("lint", "workflows"), wf))]
+            ("sadd", (k.lint_workflows(), wf))]
 
 
 def _sample_cmds(k: Keys, wf: str, system_prompt: str) -> list[tuple[str, tuple]]:
-    samples = k.k("lint", wf, "samples")
+    samples = k.lint_samples(wf)
     return [("lpush", (samples, system_prompt[:MAX_CHARS])), ("ltrim", (samples, 0, KEEP - 1)),
             ("expire", (samples, 7 * 86400))]
 
@@ -78,7 +78,7 @@ def record_prompt_sample(redis, ns: Keys | str, tenant_id: int | str, workflow: 
     ts = time.time() if now is None else now
     pipe = redis.pipeline(transaction=False)
     _queue(pipe, _count_cmds(k, wf, 1, ts))
-    pipe.llen(k.k("lint", wf, "samples"))
+    pipe.llen(k.lint_samples(wf))
     n, _, _, have = pipe.execute()
     if have >= KEEP and n % SAMPLE_EVERY != 1:
         return False
@@ -139,8 +139,8 @@ def requests_per_day(redis, ns: Keys | str, wf: str, *, now: float | None = None
     """Yesterday's count when there is one, else today's so far scaled to a full day."""
     k = _k(ns)
     ts = time.time() if now is None else now
-    today, yesterday = redis.mget(k.k("lint", wf, "n", _day(ts)),
-                                  k.k("lint", wf, "n", _day(ts - 86400)))
+    today, yesterday = redis.mget(k.lint_requests(wf, _day(ts)),
+                                  k.lint_requests(wf, _day(ts - 86400)))
     if yesterday:
         return float(yesterday)
     midnight = dt.datetime.fromtimestamp(ts, dt.timezone.utc).replace(
@@ -153,7 +153,7 @@ def analyze_workflow(redis, ns: Keys | str, wf: str, *,
                      count_tokens: Callable[[str], int] = approx_tokens,
                      now: float | None = None) -> dict:
     k = _k(ns)
-    raw = redis.lrange(k.k("lint", wf, "samples"), 0, KEEP - 1)
+    raw = redis.lrange(k.lint_samples(wf), 0, KEEP - 1)
     samples = [s.decode("utf-8", "replace") if isinstance(s, bytes) else s for s in raw]
     result: LintResult = lint_samples(samples, count_tokens)
     per_day = requests_per_day(redis, ns, wf, now=now)
@@ -175,7 +175,7 @@ def lint_report(redis, ns: Keys | str, *, tenant_id: int | None = None,
     """Every recorded workflow (one tenant's when given), costliest first."""
     k = _k(ns)
     wfs = sorted(w.decode() if isinstance(w, bytes) else w
-                 for w in redis.smembers(k.k("lint", "workflows")))
+                 for w in redis.smembers(k.lint_workflows()))
     if tenant_id is not None:
         wfs = [w for w in wfs if w.split(":", 1)[0] == str(tenant_id)]
     rows = [analyze_workflow(redis, k, w, count_tokens=count_tokens, now=now) for w in wfs]

@@ -1,7 +1,7 @@
 """Ledger fields for what minification saved on one response (seed payload 6.2)."""
 from __future__ import annotations
 
-from app.minify.tokens import count_tokens
+from app.contract.tokenizers import count_tokens
 
 
 def output_token_savings(minified_text: str, expanded_text: str, tokenizer_name: str,

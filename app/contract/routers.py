@@ -13,6 +13,7 @@ import json
 import logging
 from typing import Any
 
+from app.contract.keys import Keys
 from app.core import router_model as rm
 
 log = logging.getLogger(__name__)
@@ -55,11 +56,12 @@ class PublishedRouters:
         """Reload every scope when ``<ns>:router:version`` changed; True if it did.
         Keeps the routers it has when Redis is unreachable."""
         try:
-            raw = redis.get(f"{namespace}:router:version")
+            keys = Keys(namespace)
+            raw = redis.get(keys.routers_version())
             version = int(raw) if raw is not None else 0
             if version == self.version:
                 return False
-            prefix, suffix = f"{namespace}:router:", ":active"
+            prefix, suffix = keys.router_active("\0").split("\0")
             found = {}
             for key in redis.scan_iter(match=f"{prefix}*{suffix}", count=500):
                 k = key.decode() if isinstance(key, bytes) else key

@@ -32,7 +32,7 @@ from collections import Counter
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Hashable, Iterable, Mapping
 
-from app.redis_client import Keys
+from app.contract.keys import Keys
 
 DEFAULT_TTL_S = 30
 
@@ -48,8 +48,8 @@ def gateway_process_id() -> str:
 
 def _write_cmds(k: Keys, gid: str, replica_id: Hashable, count: int, now: float,
                 ttl_s: int) -> list[tuple[str, tuple]]:
-    inflight = k.k("replica", replica_id, "inflight")
-    seen = k.k("replica", replica_id, "inflight_seen")
+    inflight = k.replica_inflight(replica_id)
+    seen = k.replica_inflight_seen(replica_id)
     if count <= 0:
         return [("hdel", (inflight, gid)), ("hdel", (seen, gid))]
     return [("hset", (inflight, gid, count)), ("hset", (seen, gid, f"{now:.3f}")),
@@ -59,9 +59,9 @@ def _write_cmds(k: Keys, gid: str, replica_id: Hashable, count: int, now: float,
 def _read_cmds(k: Keys, replica_ids: Iterable[Hashable]) -> list[tuple[str, tuple]]:
     cmds = []
     for rid in replica_ids:
-        cmds += [("hgetall", (k.k("replica", rid, "inflight"),)),
-                 ("hgetall", (k.k("replica", rid, "inflight_seen"),)),
-                 ("hget", (k.k("replica", rid, "stats"), "num_requests_waiting"))]
+        cmds += [("hgetall", (k.replica_inflight(rid),)),
+                 ("hgetall", (k.replica_inflight_seen(rid),)),
+                 ("hget", (k.replica_stats(rid), "num_requests_waiting"))]
     return cmds
 
 
@@ -201,4 +201,4 @@ def cache_salt(tenant_id: int | str, secret: str | bytes) -> str:
 def cache_salt_for(policy: Mapping[str, Any], tenant_id: int | str,
                    secret: str | bytes) -> str | None:
     """``cache_salt`` when the tenant's effective policy asks for isolation, else None."""
-    return cache_salt(tenant_id, secret) if policy.get("cache_salt") else None
+    return cache_salt(tenant_id, secret) if policy["cache_salt"] else None

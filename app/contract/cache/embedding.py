@@ -3,7 +3,7 @@
 The gateway embeds each request once (``embed(semantic_text(messages))``) and hands the
 vector to both the cache and the router. How the vectors are computed is chosen by
 ``configure`` (the ``EMBEDDING_*`` config keys); every way gives sentence-transformers'
-vectors (``app.cache.encoders``). ``auto`` runs the model exported to ONNX (cached per user,
+vectors (``app.contract.cache.encoders``). ``auto`` runs the model exported to ONNX (cached per user,
 exported on first use) and falls back to sentence-transformers' ``encode`` when onnxruntime
 is missing or the export cannot be made or loaded; the reason is logged once.
 """
@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from app.cache import encoders
+from app.contract.cache import encoders
 
 log = logging.getLogger(__name__)
 DIM = encoders.DIM
@@ -142,7 +142,7 @@ def fits_window(text: str) -> bool:
     """Whether the embedding model sees all of ``text`` (not cut at max_seq_length), i.e.
     two texts that differ anywhere can embed differently."""
     global _window_tok
-    from app.cache.encoders import max_seq_length, model_dir
+    from app.contract.cache.encoders import max_seq_length, model_dir
     if _window_tok is None:
         with _lock:
             if _window_tok is None:

@@ -10,7 +10,7 @@ Layout (all under ``<namespace>:cache``):
   lookup reads one bucket and does one numpy product; no scan over other tenants' or other
   entities' vectors (qdrant-client local mode scans everything: ~83 ms at 10k points).
   Entity-free questions of one tenant and system prompt all share one bucket, so a bucket
-  holds up to ``BUCKET_CAP`` entries and each process mirrors it (``app.cache.mirror``),
+  holds up to ``BUCKET_CAP`` entries and each process mirrors it (``app.contract.cache.mirror``),
   fetching only what changed since its last lookup.
 - ``r:<request_id>``           where an entry lives, for eviction by feedback.
 - ``t:<tenant>`` / ``w:<tenant>:<workflow>``  request ids, for invalidation.
@@ -35,8 +35,9 @@ import numpy as np
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.cache.keys import CacheKey
-from app.cache.mirror import BucketMirror
+from app.contract.cache.keys import CacheKey
+from app.contract.keys import Keys
+from app.contract.cache.mirror import BucketMirror
 from app.core.entities import EntityProfile, profiles_compatible
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class CacheStore:
 
     # ---- keys -------------------------------------------------------------------------
     def _k(self, *parts: object) -> str:
-        return ":".join([self.namespace, "cache", *map(str, parts)])
+        return Keys(self.namespace).cache(*parts)
 
     # ---- Qdrant (optional, lazy) --------------------------------------------------------
     def qdrant(self) -> Any:

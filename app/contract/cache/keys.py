@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from app.cache.embedding import fits_window, question_text, semantic_text
+from app.contract.cache.embedding import fits_window, question_text, semantic_text
 from app.core.entities import EntityProfile, entity_profile
 
 # Body fields that change the answer (besides messages and the model).
@@ -85,7 +85,7 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
 def is_cacheable_request(body: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:
     """Cache only deterministic-enough requests: cache on, temperature within the policy's
     bound (an absent temperature is OpenAI's default 1.0), one choice."""
-    if not policy.get("cache_enabled", True):
+    if not policy["cache_enabled"]:
         return False
     temp = body.get("temperature")
     temp = OPENAI_DEFAULT_TEMPERATURE if temp is None else float(temp)

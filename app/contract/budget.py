@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Iterator
 
+from app.contract.keys import Keys
 from app.core.costing import from_micro, to_micro
 
 log = logging.getLogger(__name__)
@@ -116,23 +117,23 @@ def period_end(period: str) -> datetime:
 
 
 def spent_key(ns: str, tenant_id: int, period: str) -> str:
-    return f"{ns}:budget:{tenant_id}:{period}"
+    return Keys(ns).budget_spent(tenant_id, period)
 
 
 def reserved_key(ns: str, tenant_id: int, period: str) -> str:
-    return f"{ns}:budget:{tenant_id}:{period}:reserved"
+    return Keys(ns).budget_reserved(tenant_id, period)
 
 
 def refused_key(ns: str, tenant_id: int, period: str) -> str:
-    return f"{ns}:budget:{tenant_id}:{period}:refused"
+    return Keys(ns).budget_refused(tenant_id, period)
 
 
 def unbooked_key(ns: str, tenant_id: int) -> str:
-    return f"{ns}:budget:{tenant_id}:unbooked"
+    return Keys(ns).budget_unbooked(tenant_id)
 
 
 def limit_key(ns: str, tenant_id: int) -> str:
-    return f"{ns}:budget:{tenant_id}:limit"
+    return Keys(ns).budget_limit(tenant_id)
 
 
 def _text(value: Any) -> str:
@@ -266,7 +267,7 @@ def booking_lock(redis, ns: str, *, hold_s: float = 60.0, wait_s: float = 30.0
     with "sum the ledger + correct the counters" (the reconcile). Yields whether the lock
     was taken: after ``wait_s`` the caller goes on without it (the ledger must not stall;
     the next reconcile repairs what a race skews)."""
-    key, token = f"{ns}:budget:booking_lock", uuid.uuid4().hex
+    key, token = Keys(ns).budget_booking_lock(), uuid.uuid4().hex
     deadline = time.monotonic() + wait_s
     held = False
     while True:
