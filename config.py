@@ -31,8 +31,11 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_EMBEDDING_BACKEND": ("EMBEDDING_BACKEND", str),
     "SLUICE_EMBEDDING_THREADS": ("EMBEDDING_THREADS", int),
     "SLUICE_EMBEDDING_CACHE_DIR": ("EMBEDDING_CACHE_DIR", str),
-    "SLUICE_ENGINE_MODEL": ("ENGINE_MODEL", str),
-    "SLUICE_NODE": ("NODE_NAME", str),
+    "SLUICE_CACHE_SALT_SECRET": ("CACHE_SALT_SECRET", str),
+    "SLUICE_LOG_LEVEL": ("LOG_LEVEL", str),
+    "SLUICE_POOLS_VAR_DIR": ("POOLS_VAR_DIR", str),
+    "SLUICE_POOLS_BIND_HOST": ("POOLS_BIND_HOST", str),
+    "SLUICE_POOLS_ADVERTISE_HOST": ("POOLS_ADVERTISE_HOST", str),
     "SLUICE_BUDGET_WEBHOOK_URL": ("BUDGET_WEBHOOK_URL", str),
 }
 
@@ -40,7 +43,10 @@ INSECURE_KEYS = {"", "dev", "dev-insecure-key", "change-me", "test"}
 
 
 class Config:
-    ENV_NAME = "base"
+    """Every config key Sluice reads, with its default: code reads ``config["KEY"]``
+    (``current_app.config`` in the console and workers, the dict the gateway is built
+    with), never a default of its own."""
+
     SECRET_KEY = "dev-insecure-key"
     SQLALCHEMY_DATABASE_URI = f"sqlite:///{VAR / 'sluice.db'}"
     SQLALCHEMY_TRACK_MODIFICATIONS = False
@@ -70,30 +76,50 @@ class Config:
     EMBEDDING_BACKEND = "auto"
     EMBEDDING_THREADS = 1           # onnxruntime intra-op threads per process
     EMBEDDING_CACHE_DIR = ""
-    ENGINE_MODEL = "smollm2"
-    NODE_NAME = "local"
+    GATEWAY_LINT_INTERVAL_S = 60.0  # write the template lint's request counts this often
+    # Engines' prefix-cache salt per tenant (policy cache_salt) is an HMAC under this key;
+    # empty: SECRET_KEY
+    CACHE_SALT_SECRET = ""
     BUDGET_WEBHOOK_URL = ""
-    LEDGER_BATCH_SIZE = 500
-    CELERY: dict[str, Any] = {}
+    LEDGER_BATCH_SIZE = 500         # ledger events the drain commits per transaction
+    SNAPSHOT_PUBLISH = True         # False: changes do not publish a snapshot (tests)
+    LOG_LEVEL = "INFO"
+    CELERY: dict[str, Any] = {}     # overrides of app.celery_binding's settings
     TESTING = False
-
-    def celery_settings(self) -> dict[str, Any]:
-        return {}
+    # S01 router training (app.router): labels needed, held-out share and size, quality
+    # bar (share of frontier quality), training window, new labels before a retrain
+    ROUTER_MIN_LABELS = 200
+    ROUTER_HELDOUT_FRACTION = 0.2
+    ROUTER_MIN_HELDOUT = 30
+    ROUTER_QUALITY_TARGET = 0.99
+    ROUTER_TRAIN_WINDOW_DAYS = 30
+    ROUTER_RETRAIN_MIN_NEW_LABELS = 200
+    # Pool driver on each node (app.pools.driver)
+    POOLS_VAR_DIR = ""              # engines' logs and pid files; empty: var/ in the repo
+    POOLS_BIND_HOST = "127.0.0.1"   # where engines listen
+    POOLS_ADVERTISE_HOST = "127.0.0.1"  # the host in the replica URL gateways call
+    POOLS_START_WAIT_S = 120        # start_replica waits this long for /health
+    POOLS_START_TIMEOUT_S = 300     # the supervisor gives a starting replica this long
+    POOLS_STOP_GRACE_S = 15         # SIGTERM, then SIGKILL after this
+    POOLS_DRAIN_TIMEOUT_S = 120     # drain waits this long for in-flight requests
+    POOLS_BACKOFF_BASE_S = 1.0      # restart backoff: base * 2^failures ...
+    POOLS_BACKOFF_MAX_S = 60.0      # ... capped here
+    POOLS_HEALTH_FAILURES = 2       # failed health checks before a replica is down
+    POOLS_STATS_TTL_S = 30          # live replica stats in Redis expire after this
+    POOLS_METRICS_RETENTION_H = 48  # ReplicaMetric rows kept this long
 
 
 class DevConfig(Config):
-    ENV_NAME = "dev"
+    pass
 
 
 class TestConfig(Config):
-    ENV_NAME = "test"
     TESTING = True
     WTF_CSRF_ENABLED = True  # tests prove CSRF; they fetch tokens like a browser
     SQLALCHEMY_DATABASE_URI = "sqlite://"
 
 
 class ProdConfig(Config):
-    ENV_NAME = "prod"
     SESSION_COOKIE_SECURE = True
     SECRET_KEY = ""
 

@@ -42,7 +42,7 @@ def celery_init_app(app: Flask) -> Celery:
         "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.router",
                     "workers.tasks.pools", "workers.tasks.finops", "workers.tasks.drills"],
     }
-    settings.update(app.config.get("CELERY") or {})
+    settings.update(app.config["CELERY"])
     celery = Celery(app.name, task_cls=FlaskTask)
     celery.config_from_object(settings)
     celery.set_default()

@@ -14,7 +14,7 @@ def create_app(test_config: Mapping[str, Any] | None = None, *, env: str | None 
     # "app" as the import name: root_path is the package folder, as the templates expect
     app = Flask("app", template_folder="../templates", static_folder="../static")
     app.config.from_mapping(load_config(env, overrides=test_config))
-    logging.basicConfig(level=app.config.get("LOG_LEVEL", "INFO"))
+    logging.basicConfig(level=app.config["LOG_LEVEL"])
     register_extensions(app)
     register_blueprints(app)
     register_errorhandlers(app)

@@ -16,9 +16,9 @@ from app.workflows.service import get_workflow
 
 def store_from_config(redis_client: Any, config: dict, *, with_qdrant: bool = True) -> CacheStore:
     """A CacheStore for any process (the gateway passes its own Redis client and settings)."""
-    return CacheStore(redis_client, config.get("REDIS_NAMESPACE", "sluice"),
-                      qdrant_url=(config.get("QDRANT_URL") or "") if with_qdrant else "",
-                      qdrant_path=(config.get("QDRANT_PATH") or "") if with_qdrant else "")
+    return CacheStore(redis_client, config["REDIS_NAMESPACE"],
+                      qdrant_url=config["QDRANT_URL"] if with_qdrant else "",
+                      qdrant_path=config["QDRANT_PATH"] if with_qdrant else "")
 
 
 def get_store() -> CacheStore:

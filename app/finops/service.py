@@ -189,7 +189,7 @@ def check_budget_alerts(now: datetime | None = None) -> list[BudgetAlert]:
             if alert is not None:
                 new.append((alert, row, tenant, refused and used < pct))
     db.session.commit()
-    default_url = current_app.config.get("BUDGET_WEBHOOK_URL") or ""
+    default_url = current_app.config["BUDGET_WEBHOOK_URL"]
     for alert, row, tenant, by_refusal in new:
         url = row.webhook_url or default_url
         if url:

@@ -42,8 +42,8 @@ class Gateway:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
         self.keys = Keys(config["REDIS_NAMESPACE"])
-        self.max_body = int(config.get("GATEWAY_MAX_BODY_BYTES") or 4 * 1024 * 1024)
-        self.poll_s = float(config.get("GATEWAY_SNAPSHOT_POLL_S") or 0.5)
+        self.max_body = int(config["GATEWAY_MAX_BODY_BYTES"])
+        self.poll_s = float(config["GATEWAY_SNAPSHOT_POLL_S"])
         self.metrics = GatewayMetrics()
         self.redis = None
         self.snapshots: SnapshotStore | None = None
@@ -68,16 +68,16 @@ class Gateway:
         self.inflight = AsyncInflightTracker(self.redis, self.keys)
         self.ledger = LedgerWriter(
             self.redis, self.keys, self.metrics,
-            spool_dir=self.config.get("GATEWAY_LEDGER_SPOOL_DIR") or None,
-            linger_s=float(self.config.get("GATEWAY_LEDGER_LINGER_S") or 0.02))
-        self.upstream = Upstream(eject_s=float(self.config.get("GATEWAY_EJECT_S") or 5.0))
+            spool_dir=self.config["GATEWAY_LEDGER_SPOOL_DIR"] or None,
+            linger_s=float(self.config["GATEWAY_LEDGER_LINGER_S"]))
+        self.upstream = Upstream(eject_s=float(self.config["GATEWAY_EJECT_S"]))
         self.lint = LintSampler(self.redis, self.keys,
-                                float(self.config.get("GATEWAY_LINT_INTERVAL_S") or 60.0))
+                                float(self.config["GATEWAY_LINT_INTERVAL_S"]))
         await self.snapshots.refresh()
         self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                                   socket_connect_timeout=1.0)
         await self.refresh_routers()
-        if self.config.get("GATEWAY_CACHE_WARM"):
+        if self.config["GATEWAY_CACHE_WARM"]:
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
             threading.Thread(target=minify_compact.warm, name="grammar-warm",
                              daemon=True).start()

@@ -36,7 +36,8 @@ def salt(ctx: RequestContext) -> str | None:
     """The tenant's engine cache salt when its policy isolates the prefix cache."""
     secret = ""
     if ctx.services is not None:
-        secret = ctx.services.config.get("CACHE_SALT_SECRET") or ctx.services.config.get("SECRET_KEY") or ""
+        config = ctx.services.config
+        secret = config["CACHE_SALT_SECRET"] or config["SECRET_KEY"]
     return cache_salt_for(ctx.policy, ctx.tenant["id"], secret or "sluice")
 
 

@@ -153,7 +153,7 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
     r, k = get_redis(), keys()
     stream, dead = k.ledger_stream(), k.ledger_dead()
     consumer = consumer or consumer_name()
-    count = batch_size or int(current_app.config.get("LEDGER_BATCH_SIZE") or 500)
+    count = batch_size or int(current_app.config["LEDGER_BATCH_SIZE"])
     _ensure_group(r, stream, GROUP)
     total = new_workflows = 0
     for _ in range(max_batches):

@@ -78,7 +78,7 @@ def publish() -> int:
 def publish_after_commit() -> int | None:
     """Publish, but never fail the caller's already-committed change if Redis is down:
     the periodic ``snapshot.publish`` task catches up."""
-    if current_app.config.get("SNAPSHOT_PUBLISH", True) is False:
+    if current_app.config["SNAPSHOT_PUBLISH"] is False:
         return None
     try:
         return publish()

@@ -51,8 +51,8 @@ def current_settings() -> dict[str, Any]:
 
 def configure_from(config: Mapping[str, Any]) -> None:
     """``configure`` from a Sluice config dict (EMBEDDING_BACKEND/THREADS/CACHE_DIR)."""
-    configure(config.get("EMBEDDING_BACKEND") or "auto", int(config.get("EMBEDDING_THREADS") or 1),
-              config.get("EMBEDDING_CACHE_DIR") or None)
+    configure(config["EMBEDDING_BACKEND"], int(config["EMBEDDING_THREADS"]),
+              config["EMBEDDING_CACHE_DIR"] or None)
 
 
 def get_model() -> Any:

@@ -52,13 +52,13 @@ class GatewayCache:
                     client = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                                   socket_connect_timeout=1.0,
                                                   retry=Retry(NoBackoff(), 0))
-                    self._store = CacheStore(client, self.config.get("REDIS_NAMESPACE", "sluice"),
-                                             qdrant_url=self.config.get("QDRANT_URL") or "",
-                                             qdrant_path=self.config.get("QDRANT_PATH") or "")
+                    self._store = CacheStore(client, self.config["REDIS_NAMESPACE"],
+                                             qdrant_url=self.config["QDRANT_URL"],
+                                             qdrant_path=self.config["QDRANT_PATH"])
         return self._store
 
     def served_key(self, request_id: str) -> str:
-        return Keys(self.config.get("REDIS_NAMESPACE", "sluice")).cache_served(request_id)
+        return Keys(self.config["REDIS_NAMESPACE"]).cache_served(request_id)
 
     def close(self) -> None:
         if self._store is not None:
