@@ -44,6 +44,7 @@ class LedgerEvent(TypedDict):
     escalated: bool
     ttft_ms: float | None
     latency_ms: float
+    usage_source: str            # upstream | counted (app.gateway.usage)
     payload: dict[str, Any]
 
 

@@ -193,6 +193,7 @@ def dashboard(user, period: Period, tenant_id: Any = None) -> dict[str, Any]:
     hits = sum(int(t["cache_exact"]) + int(t["cache_semantic"]) for t in tiers)
     if hits:
         mix.append({"tier": "cache", "requests": hits})
+    counted = counted_usage(period, tid)
     total_mix = sum(m["requests"] for m in mix) or 1
     for m in mix:
         m["pct"] = 100.0 * m["requests"] / total_mix
@@ -209,7 +210,20 @@ def dashboard(user, period: Period, tenant_id: Any = None) -> dict[str, Any]:
                           "ttft_p95": t["ttft_p95"],
                           "output_per_request": t["output_per_request"],
                           "cost_per_1k": t["cost_per_1k"]} for t in timeline],
-            "tier_mix": mix}
+            "tier_mix": mix, "counted": counted}
+
+
+def counted_usage(period: Period, tenant_id: int | None) -> dict[str, Any]:
+    """Requests booked on the gateway's own token count (streams that ended before the
+    engine's usage: ``app.gateway.usage``): how many, and what they cost. Read from the
+    ledger through its partial index on those rows."""
+    q = (sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(LedgerEntry.cost_usd), 0))
+         .where(LedgerEntry.usage_source == "counted", LedgerEntry.at >= period.start,
+                LedgerEntry.at < period.end))
+    if tenant_id is not None:
+        q = q.where(LedgerEntry.tenant_id == tenant_id)
+    n, cost = db.session.execute(q).one()
+    return {"requests": int(n), "cost": Decimal(cost)}
 
 
 def _merge(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -318,7 +332,8 @@ REPORT_COLUMNS: dict[str, list[tuple[str, str]]] = {
 }
 LEDGER_COLUMNS = ("request_id", "kind", "at", "tenant_id", "workflow", "tier", "model",
                   "status", "cache", "prompt_tokens", "cached_tokens", "completion_tokens",
-                  "cost_usd", "baseline_cost_usd", "escalated", "ttft_ms", "latency_ms")
+                  "cost_usd", "baseline_cost_usd", "escalated", "ttft_ms", "latency_ms",
+                  "usage_source")
 
 
 def report_rows(user, report: str, period: Period, tenant_id: Any = None

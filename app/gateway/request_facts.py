@@ -1,9 +1,12 @@
 """What stages derive from the request and share, computed once: the request's one
-embedding (S00's cache and S01's router) and whether it asks for a JSON schema (S01's
-features, S04's margin window)."""
+embedding (S00's cache and S01's router), whether it asks for a JSON schema (S01's
+features, S04's margin window), and the tier's tokenizer (S02's aliases, the relay's
+counted usage)."""
 from __future__ import annotations
 
 from app.gateway.context import RequestContext
+
+REFERENCE_ENGINE = "reference"   # the CPU reference engine: SmolLM2
 
 
 def embedding(ctx: RequestContext):
@@ -19,3 +22,16 @@ def embedding(ctx: RequestContext):
 def schema_present(body: dict) -> bool:
     rf = body.get("response_format")
     return isinstance(rf, dict) and rf.get("type") == "json_schema"
+
+
+def tokenizer_name(ctx: RequestContext) -> str:
+    """Token counter for the tier: the reference engine runs SmolLM2, external tiers
+    count as cl100k, other pools by their model name."""
+    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
+    tier = ctx.tier or {}
+    if tier.get("upstream_kind") != "pool":
+        return "cl100k_base"
+    pool = ctx.snapshot.pools.get(str(tier.get("pool_id"))) or {}
+    if pool.get("engine") == REFERENCE_ENGINE:
+        return SMOLLM2
+    return tokenizer_for_model(pool.get("model") or tier.get("model") or "")

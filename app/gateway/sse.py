@@ -15,6 +15,7 @@ import orjson
 from app.contract.cache.replay import assemble_stream
 from app.gateway import http1
 from app.gateway.context import RequestContext
+from app.gateway.usage import counted_usage
 
 log = logging.getLogger(__name__)
 DONE = b"data: [DONE]\n\n"
@@ -66,6 +67,19 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
     it = resp.sluice_iter
     hooks = list(ctx.stream_hooks)
     finished = False
+    relayed: list[bytes | dict] = []   # what the client got, as the engine wrote it
+
+    def count_usage() -> None:
+        """No usage chunk came (the stream ended early): book what was relayed."""
+        if "completion_tokens" in (ctx.usage or {}) or not relayed or not ctx.tier:
+            return
+        try:
+            events = [orjson.loads(e[e.index(b"{"):]) if isinstance(e, bytes) else e
+                      for e in relayed]
+            ctx.usage = counted_usage(ctx, events)
+            ctx.telemetry["usage_source"] = "counted"
+        except Exception:  # noqa: BLE001 - the booking itself must still happen
+            log.exception("request %s: counting the relayed usage failed", ctx.request_id)
 
     def finish() -> None:
         """Close the books before the last byte leaves (so a gateway killed after the
@@ -74,6 +88,7 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
         if finished:
             return
         finished = True
+        count_usage()
         if failed and ctx.services is not None and ctx.tier:
             ctx.services.metrics.stream_errors.labels(ctx.tier["name"]).inc()
         for hook in hooks:
@@ -105,6 +120,7 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                             ctx.usage = data["usage"]
                             if not want_usage and not data.get("choices"):
                                 continue
+                        relayed.append(data)
                         data = _run_hooks(ctx, hooks, data)
                         if data is None:
                             continue
@@ -119,8 +135,10 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                             continue
                     if ev.startswith(b'data: {"error"'):
                         ctx.status, ctx.error = 502, "upstream_stream_error"
-                    elif collect is not None and ev.startswith(b"data:"):
-                        collect.append(orjson.loads(ev[ev.index(b"{"):]))
+                    elif ev.startswith(b"data:"):
+                        relayed.append(ev)
+                        if collect is not None:
+                            collect.append(orjson.loads(ev[ev.index(b"{"):]))
                     out.append(ev + b"\n\n")
                 if out:
                     yield b"".join(out)

@@ -153,8 +153,10 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
         "pipeline": {"states": ctx.trace, "fallbacks": ctx.fallbacks,
                      "stage_errors": ctx.stage_errors, **{k: v for k, v in ctx.telemetry.items()
                                                           if k not in ("route_reason", "booked",
-                                                                       "escalated_from")}},
+                                                                       "escalated_from",
+                                                                       "usage_source")}},
         "status": ctx.status, "error": ctx.error,
+        "usage_source": ctx.telemetry.get("usage_source", "upstream"),
     }
     if metrics is not None:
         metrics.observe(tier_name or "none", ctx.cache, ctx.status, latency_ms / 1000,
@@ -170,5 +172,6 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
         "cached_tokens": cached, "completion_tokens": out, "cost_usd": f"{cost:f}",
         "baseline_cost_usd": f"{baseline:f}", "escalated": ctx.escalated,
         "ttft_ms": record["token_and_latency_telemetry"]["time_to_first_token_ms"],
-        "latency_ms": round(latency_ms, 3), "payload": record,
+        "latency_ms": round(latency_ms, 3), "usage_source": record["usage_source"],
+        "payload": record,
     }

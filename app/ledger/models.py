@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import sqlalchemy as sa
 from sqlalchemy import JSON, BigInteger, Index, Numeric, String
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -14,7 +15,11 @@ Money = Numeric(18, 10)
 
 class LedgerEntry(db.Model):
     __tablename__ = "ledger_entries"
-    __table_args__ = (Index("ix_ledger_tenant_at", "tenant_id", "at"),)
+    __table_args__ = (Index("ix_ledger_tenant_at", "tenant_id", "at"),
+                      # the few counted rows, found without scanning the ledger
+                      Index("ix_ledger_counted_at", "at",
+                            postgresql_where=sa.text("usage_source = 'counted'"),
+                            sqlite_where=sa.text("usage_source = 'counted'")))
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(db.Integer, "sqlite"),
                                     primary_key=True)
@@ -35,5 +40,9 @@ class LedgerEntry(db.Model):
     escalated: Mapped[bool] = mapped_column(default=False)
     ttft_ms: Mapped[float | None] = mapped_column(nullable=True)
     latency_ms: Mapped[float | None] = mapped_column(nullable=True)
+    # "upstream": tokens as the engine reported them; "counted": the stream ended before
+    # the engine's usage, so the gateway counted what it relayed (app.gateway.usage)
+    usage_source: Mapped[str] = mapped_column(String(16), default="upstream",
+                                              server_default="upstream")
     # The full seed-6.2-shaped telemetry record.
     payload: Mapped[dict] = mapped_column(JSON, default=dict)

@@ -33,7 +33,7 @@ FEEDBACK_GROUP = "ledger-feedback"
 FEEDBACK_MAX_ATTEMPTS = 20
 _COLUMNS = ("request_id", "tenant_id", "workflow", "tier", "model", "status", "cache",
             "prompt_tokens", "cached_tokens", "completion_tokens", "escalated", "ttft_ms",
-            "latency_ms")
+            "latency_ms", "usage_source")
 
 
 def consumer_name() -> str:
@@ -55,7 +55,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "escalated": bool, "ttft_ms": lambda v: None if v is None else float(v),
     "latency_ms": lambda v: None if v is None else float(v),
     "tier": lambda v: str(v)[:64], "model": lambda v: str(v)[:200],
-    "cache": lambda v: str(v)[:16]}
+    "cache": lambda v: str(v)[:16], "usage_source": lambda v: str(v)[:16]}
 
 
 def row_from_event(ev: LedgerEvent) -> dict[str, Any]:

@@ -12,7 +12,10 @@ when the last user message has more than NOVICE_WORDS words, confident otherwise
 
 Content does not depend on the replica (the ``x-fake-replica`` header says which one
 answered). ``cached_tokens`` = the system prompt's words when this replica saw that
-system prompt before (an engine prefix cache stand-in). ``GET /stats`` counts requests.
+system prompt before (an engine prefix cache stand-in). ``GET /stats`` counts requests,
+and streams that ran to the end (``streams_finished``) or were closed by the caller before
+it (``streams_cancelled``, with ``last_cancelled_after`` content chunks sent), as an
+engine that aborts a request whose client went away.
 """
 from __future__ import annotations
 
@@ -46,7 +49,8 @@ def answer_words(messages: list[dict], prefix: str = "Echo") -> list[str]:
 def create_fake(name: str = "fake") -> Starlette:
     unsure, novice = name.startswith("unsure"), name.startswith("novice")
     seen_prefixes: set[str] = set()
-    stats = {"requests": 0, "last_headers": {}, "last_body": None}
+    stats = {"requests": 0, "last_headers": {}, "last_body": None, "streams_finished": 0,
+             "streams_cancelled": 0, "last_cancelled_after": None}
 
     async def chat(request: Request) -> Response:
         body = orjson.loads(await request.body())
@@ -112,20 +116,30 @@ def create_fake(name: str = "fake") -> Starlette:
             return b"data: " + orjson.dumps(obj) + b"\n\n"
 
         async def gen():
-            yield chunk({"role": "assistant", "content": ""})
-            for i, w in enumerate(words):
-                if ctl.get("chunk-delay"):
-                    await asyncio.sleep(ctl["chunk-delay"] / 1000)
-                if "drop-after" in ctl and i >= ctl["drop-after"]:
-                    raise ConnectionAbortedError("fake upstream cut the stream")
-                tok = w if i == 0 else " " + w
-                yield chunk({"content": tok}, logprobs=lp(tok) if want_lp else None)
-            yield chunk({}, finish_reason=finish)
-            if include_usage:
-                yield b"data: " + orjson.dumps({"id": cid, "object": "chat.completion.chunk",
-                                                "created": created, "model": model,
-                                                "choices": [], "usage": usage}) + b"\n\n"
-            yield b"data: [DONE]\n\n"
+            sent, done = 0, False
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                for i, w in enumerate(words):
+                    if ctl.get("chunk-delay"):
+                        await asyncio.sleep(ctl["chunk-delay"] / 1000)
+                    if "drop-after" in ctl and i >= ctl["drop-after"]:
+                        done = True  # our own cut, not the caller's
+                        raise ConnectionAbortedError("fake upstream cut the stream")
+                    tok = w if i == 0 else " " + w
+                    yield chunk({"content": tok}, logprobs=lp(tok) if want_lp else None)
+                    sent += 1
+                yield chunk({}, finish_reason=finish)
+                if include_usage:
+                    yield b"data: " + orjson.dumps({"id": cid, "object": "chat.completion.chunk",
+                                                    "created": created, "model": model,
+                                                    "choices": [], "usage": usage}) + b"\n\n"
+                yield b"data: [DONE]\n\n"
+                done = True
+                stats["streams_finished"] += 1
+            finally:
+                if not done:
+                    stats["streams_cancelled"] += 1
+                    stats["last_cancelled_after"] = sent
 
         return StreamingResponse(gen(), media_type="text/event-stream", headers=headers)
 

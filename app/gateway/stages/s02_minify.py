@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 
 from app.gateway.context import RequestContext
+from app.gateway.request_facts import tokenizer_name
 
-REFERENCE_ENGINE = "reference"
 
 
 @dataclass
@@ -40,19 +40,6 @@ class MinifyState:
     compact: bool = False             # the upstream was held to compact separators
     response_format: dict | None = None   # the minified response_format (compact replaces it)
     messages: list | None = None      # the rewritten messages before the style hint
-
-
-def tokenizer_name(ctx: RequestContext) -> str:
-    """Token counter for the tier: the reference engine runs SmolLM2, external tiers
-    count as cl100k, other pools by their model name."""
-    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
-    tier = ctx.tier or {}
-    if tier.get("upstream_kind") != "pool":
-        return "cl100k_base"
-    pool = ctx.snapshot.pools.get(str(tier.get("pool_id"))) or {}
-    if pool.get("engine") == REFERENCE_ENGINE:
-        return SMOLLM2
-    return tokenizer_for_model(pool.get("model") or tier.get("model") or "")
 
 
 def _wants(ctx: RequestContext) -> bool:
