@@ -56,7 +56,7 @@ def seed_catalog() -> list[str]:
                     upstream_kind="pool" if t["pool"] else "external",
                     pool_id=pools[t["pool"]].id if t["pool"] else None,
                     endpoint_url="" if t["pool"] else "http://127.0.0.1:8530/v1",
-                    api_key_env="" if t["pool"] else "SLUICE_FRONTIER_API_KEY")
+                    api_key_env="" if t["pool"] else "SLUICE_PROVIDER_KEY_FRONTIER")
         db.session.add(tier)
         db.session.flush()
         record(SystemActor(), "tier.create", "tier", tier.id, after=tier.to_dict())

@@ -155,7 +155,7 @@ def gateway(app_config, tmp_path_factory):
            "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
            "QDRANT_PATH": str(tmp_path_factory.mktemp("gateway-qdrant")),
            "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp("gateway-spool"))}
-    s = Server("gateway", json.dumps(cfg), env={"SLUICE_FRONTIER_API_KEY": FRONTIER_KEY},
+    s = Server("gateway", json.dumps(cfg), env={"SLUICE_PROVIDER_KEY_FRONTIER": FRONTIER_KEY},
                log_dir=tmp_path_factory.mktemp("logs"))
     yield s
     s.stop()

@@ -6,13 +6,16 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from app.audit.service import record
+from app.contract.secrets import PROVIDER_KEY_PREFIX, is_provider_key_name
 from app.catalog.models import ENGINES, UPSTREAM_KINDS, Pool, Replica, Tier
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.snapshot.service import publish_after_commit
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_ENV = re.compile(r"^[A-Z_][A-Z0-9_]*$")
+# What decides where the gateway sends a tier's requests and with which credential:
+# changing it is an admin's decision (secret.manage), audited on its own.
+UPSTREAM_FIELDS = ("upstream_kind", "endpoint_url", "api_key_env")
 
 
 def _require(user, permission: str) -> None:
@@ -97,11 +100,11 @@ def _clean_tier(data: dict, current: Tier | None) -> dict:
         if not re.match(r"^https?://[^\s/]+", endpoint):
             errors["endpoint_url"] = ["must be an http(s) URL of an OpenAI-compatible API"]
         pool_id = None
-    if key_env and not _ENV.match(key_env):
-        errors["api_key_env"] = ["must be an environment variable NAME (the key stays out "
-                                 "of the database)"]
     if key_env.startswith("sk-"):
         errors["api_key_env"] = ["looks like a key: give the name of the variable that holds it"]
+    elif key_env and not is_provider_key_name(key_env):
+        errors["api_key_env"] = [f"must be a provider key name, {PROVIDER_KEY_PREFIX}<NAME> "
+                                 "(upper case; the key itself stays out of the database)"]
     clean.update(pool_id=pool_id, endpoint_url=endpoint, api_key_env=key_env)
     try:
         timeout = float(get("timeout_s", 60.0))
@@ -127,6 +130,13 @@ def save_tier(user, data: dict, tier_id: int | None = None) -> Tier:
     _require(user, "catalog.manage")
     tier = get_tier(tier_id) if tier_id else None
     clean = _clean_tier(data, tier)
+    upstream_before = {f: getattr(tier, f) for f in UPSTREAM_FIELDS} if tier else None
+    upstream_after = {f: clean[f] for f in UPSTREAM_FIELDS}
+    external = "external" in (clean["upstream_kind"], (upstream_before or {}).get("upstream_kind"))
+    if external and upstream_after != upstream_before and not user.can("secret.manage"):
+        raise Forbidden("only an admin may point a tier at an external endpoint or change "
+                        "its credential", {f: ["admin only"] for f in UPSTREAM_FIELDS
+                                           if upstream_after[f] != (upstream_before or {}).get(f)})
     before = tier.to_dict() if tier else None
     if tier is None:
         tier = Tier(**clean)
@@ -137,6 +147,9 @@ def save_tier(user, data: dict, tier_id: int | None = None) -> Tier:
     db.session.flush()
     record(user, "tier.update" if before else "tier.create", "tier", tier.id, before=before,
            after=tier.to_dict())
+    if external and upstream_after != upstream_before:
+        record(user, "tier.upstream_change", "tier", tier.id, before=upstream_before,
+               after=upstream_after)
     db.session.commit()
     publish_after_commit()
     return tier

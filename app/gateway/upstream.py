@@ -1,11 +1,13 @@
 """OpenAI-compatible upstream calls over one keep-alive pool per gateway process."""
 from __future__ import annotations
 
-import os
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
+from app.contract.secrets import provider_key
 from app.gateway import http1
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -87,10 +89,10 @@ class Upstream:
         return True
 
     @staticmethod
-    def api_key(tier: dict) -> str | None:
-        """Read at call time so a rotated key needs no snapshot."""
-        name = tier.get("api_key_env") or ""
-        return os.environ.get(name) if name else None
+    def api_key(tier: Mapping[str, Any]) -> str | None:
+        """The tier's provider key, read at call time so a rotated key needs no snapshot;
+        only a declared ``SLUICE_PROVIDER_KEY_*`` name is ever read (app.contract.secrets)."""
+        return provider_key(tier.get("api_key_env"))
 
     async def open(self, url: str, headers: dict[str, str], body: dict,
                    timeout_s: float, stream: bool) -> http1.Response:

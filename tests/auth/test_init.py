@@ -45,4 +45,4 @@ def test_init_creates_admin_and_tiers_then_admin_sees_them(runner, app, client):
                       r'<td class="blended"><strong>([^<]+)</strong>', html, re.S)
     assert rows == [("1", "tier-1", "$0.06"), ("2", "tier-2", "$0.35"),
                     ("3", "tier-3", "$3.50")]
-    assert "SLUICE_FRONTIER_API_KEY" in html
+    assert "SLUICE_PROVIDER_KEY_FRONTIER" in html

@@ -10,14 +10,14 @@ from tests.factories import PoolFactory
 TIER = {"name": "tier-7", "rank": "7", "model": "big-model", "price_input_per_m": "1.2",
         "price_cached_input_per_m": "0.3", "price_output_per_m": "4.8",
         "upstream_kind": "external", "pool_id": "", "endpoint_url": "https://llm.example/v1",
-        "api_key_env": "FRONTIER_KEY", "timeout_s": "30", "enabled": "on"}
+        "api_key_env": "SLUICE_PROVIDER_KEY_FRONTIER", "timeout_s": "30", "enabled": "on"}
 
 
 def test_tier_create_and_edit_with_blended_price_and_audit(client, admin):
     resp = submit(client, "/catalog/tiers/new", TIER)
     assert resp.status_code == 302
     tier = db.session.scalar(db.select(Tier))
-    assert tier.price_output_per_m == Decimal("4.8") and tier.api_key_env == "FRONTIER_KEY"
+    assert tier.price_output_per_m == Decimal("4.8") and tier.api_key_env == "SLUICE_PROVIDER_KEY_FRONTIER"
     html = client.get("/catalog/tiers").get_data(as_text=True)
     assert "tier-7" in html and "$2.10" in html  # (3 * 1.2 + 4.8) / 4
     pool = PoolFactory(name="gpu-a")

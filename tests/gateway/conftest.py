@@ -106,7 +106,7 @@ def make_world(app, gateway: Server, replica_urls: list[str], frontier_url: str,
                  upstream_kind="external" if external else "pool",
                  pool_id=None if external else pools[rank].id,
                  endpoint_url=frontier_url + "/v1" if external else "",
-                 api_key_env="SLUICE_FRONTIER_API_KEY" if external else "",
+                 api_key_env="SLUICE_PROVIDER_KEY_FRONTIER" if external else "",
                  timeout_s=tier_timeout)
         db.session.add(t)
         tiers[rank] = t

@@ -20,7 +20,7 @@ def _gateway(app_config, spool, log_dir, linger_s: float) -> Server:
     cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
            "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_LEDGER_SPOOL_DIR": str(spool),
            "GATEWAY_LEDGER_LINGER_S": linger_s, "QDRANT_PATH": str(log_dir / "qdrant")}
-    return Server("gateway", json.dumps(cfg), env={"SLUICE_FRONTIER_API_KEY": FRONTIER_KEY},
+    return Server("gateway", json.dumps(cfg), env={"SLUICE_PROVIDER_KEY_FRONTIER": FRONTIER_KEY},
                   log_dir=log_dir)
 
 

@@ -47,7 +47,7 @@ def tenant_on_pool(pool, frontier, gateway, **policy) -> str:
                         pool_id=pool.id, price_input_per_m=Decimal("0.06"),
                         price_output_per_m=Decimal("0.18"), timeout_s=60))
     db.session.add(Tier(name="tier-3", rank=3, model="frontier-model", upstream_kind="external",
-                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_FRONTIER_API_KEY",
+                        endpoint_url=frontier.url + "/v1", api_key_env="SLUICE_PROVIDER_KEY_FRONTIER",
                         price_input_per_m=Decimal("3.5"), price_output_per_m=Decimal("10.5")))
     db.session.add(Policy(tenant_id=None, values={}))
     db.session.add(Policy(tenant_id=tenant.id, values={

@@ -1,0 +1,1 @@
+from tests.gateway.conftest import world  # noqa: F401 (the gateway world fixture)
