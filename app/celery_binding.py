@@ -39,7 +39,7 @@ def celery_init_app(app: Flask) -> Celery:
             "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
         },
-        "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.router",
+        "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.cascade",
                     "workers.tasks.pools", "workers.tasks.finops", "workers.tasks.drills"],
     }
     settings.update(app.config["CELERY"])

@@ -31,7 +31,7 @@ def _import_models() -> None:
     from app.finops import models as _f  # noqa: F401
     from app.ledger import models as _l  # noqa: F401
     from app.policies import models as _p  # noqa: F401
-    from app.router import models as _r  # noqa: F401
+    from app.cascade import models as _r  # noqa: F401
     from app.tenants import models as _t  # noqa: F401
     from app.workflows import models as _w  # noqa: F401
 
@@ -72,7 +72,7 @@ def register_blueprints(app: Flask) -> None:
     # Console areas; each module exposes ``bp``. Area JSON routes live under /api/v1/<area>
     # on a second blueprint ``api_bp`` when the module has one.
     for name in ("app.auth.views", "app.console.views", "app.pools.views",
-                 "app.drills.views", "app.finops.views", "app.router.views", "app.routing.views",
+                 "app.drills.views", "app.finops.views", "app.cascade.views", "app.replica_routing.views",
                  "app.cache.views"):
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)
@@ -97,8 +97,8 @@ def register_commands(app: Flask) -> None:
     app.cli.add_command(drill_cli)
     # Each area's cli module adds its drills to ``drill_cli`` on import and returns its
     # own groups (sim, minify, engine ...) from ``groups()``.
-    for name in ("app.cache.cli", "app.routing.cli", "app.minify.cli", "app.engine.cli",
-                 "app.router.cli"):
+    for name in ("app.cache.cli", "app.replica_routing.cli", "app.minify.cli", "app.engine.cli",
+                 "app.cascade.cli"):
         module = importlib.import_module(name)
         for group in getattr(module, "groups", lambda: [])():
             app.cli.add_command(group)

@@ -36,7 +36,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.routing.live import make_sessions, reply_text, scrape, system_prompt  # noqa: E402
+from app.replica_routing.live import make_sessions, reply_text, scrape, system_prompt  # noqa: E402
 
 ARMS = ("round_robin", "sluice")
 

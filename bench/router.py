@@ -10,7 +10,7 @@ adds hidden difficulty the text does not show: d_true = d + N(0, 0.08). Tier k "
 bar" with probability sigmoid((s_k − d_true) / 0.05), s = (0.45, 0.68, 0.97); one uniform
 draw per prompt is shared by the tiers, so a stronger tier passes whenever a weaker one
 does. Features are the real MiniLM embedding of the prompt (app.contract.cache.embedding) plus
-app.core.router_features; training uses app.router.training exactly as the service does.
+app.core.router_features; training uses app.cascade.training exactly as the service does.
 Costs: (prompt + completion tokens) x $0.06 / $0.35 / $3.50 per 1M.
 
 Splits: 60% train (classifiers; isotonic maps on their out-of-fold scores, as the service
@@ -38,7 +38,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from app.core import router_model as rm  # noqa: E402
 from app.core.router_features import request_features  # noqa: E402
-from app.router.training import fit_router, uncalibrated  # noqa: E402
+from app.cascade.training import fit_router, uncalibrated  # noqa: E402
 
 PRICES = np.array([0.06, 0.35, 3.50]) / 1e6
 SKILL = np.array([0.45, 0.68, 0.97])

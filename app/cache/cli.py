@@ -21,10 +21,10 @@ def groups() -> list:
 def cache_poisoning(pairs_path: str, as_json: bool, threshold: float | None) -> None:
     """CD-28A: store each a, probe with b; report false and true hits."""
     from app.cache.drill import PairError
-    from app.cache.runs import run_drill_file
+    from app.cache.drill_runs import record_cache_poisoning
     try:
         with open(pairs_path, encoding="utf-8") as fh:
-            result = run_drill_file(fh, threshold=threshold, source=pairs_path)
+            result = record_cache_poisoning(fh, threshold=threshold, source=pairs_path).result
     except PairError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

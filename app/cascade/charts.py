@@ -1,10 +1,10 @@
 """Plotly figures of a router version's held-out metrics (HTML fragments; plotly.js is served
-once by ``router.plotly_js``)."""
+once by ``cascade.plotly_js``)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from app.router.models import RouterModel
+from app.cascade.models import RouterModel
 
 _LAYOUT = dict(height=360, margin=dict(l=50, r=20, t=40, b=50), template="plotly_white")
 

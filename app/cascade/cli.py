@@ -1,4 +1,5 @@
-"""``flask --app wsgi drill domain-shift`` (CD-28B) and ``flask --app wsgi router ...``."""
+"""``flask --app wsgi drill domain-shift`` (CD-28B) and ``flask --app wsgi router ...`` (the
+S01 cascade router; the command group keeps its name)."""
 from __future__ import annotations
 
 import json
@@ -33,11 +34,12 @@ def domain_shift(url, key, workflow, n_ood, n_control, max_tokens, timeout_s, le
     """CD-28B: inject complex out-of-domain prompts into a simple workflow; report the
     escalation rate, the added latency, and whether any aborted-tier byte reached the client."""
     from app.errors import ValidationError
-    from app.router.runs import run_domain_shift
+    from app.cascade.drill_runs import record_domain_shift
     try:
-        run = run_domain_shift(url, key, workflow=workflow, n_ood=n_ood, n_control=n_control,
-                               max_tokens=max_tokens, timeout_s=timeout_s,
-                               ledger_wait_s=ledger_wait, min_escalation_rate=min_escalation_rate)
+        run = record_domain_shift(url, key, workflow=workflow, n_ood=n_ood,
+                                  n_control=n_control, max_tokens=max_tokens,
+                                  timeout_s=timeout_s, ledger_wait_s=ledger_wait,
+                                  min_escalation_rate=min_escalation_rate)
     except ValidationError as exc:
         raise click.UsageError("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()))
     if run.status == "error":
@@ -57,12 +59,12 @@ def domain_shift(url, key, workflow, n_ood, n_control, max_tokens, timeout_s, le
 @click.argument("scope")
 def train(scope):
     """Train a router version for SCOPE from its ledger traces (what the task does)."""
-    from app.router.traces import train_from_ledger
+    from app.cascade.traces import train_from_ledger
     click.echo(json.dumps(train_from_ledger(scope), indent=2))
 
 
 @router_cli.command("publish")
 def publish():
     """Re-publish every active router to Redis."""
-    from app.router.service import publish_all
+    from app.cascade.service import publish_all
     click.echo(f"published {publish_all()} scopes")

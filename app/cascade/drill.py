@@ -12,7 +12,7 @@ gateway sends it; S04 decides before the first byte), else from the ledger row o
 ``x-sluice-request-id`` (escalated flag), waiting a bounded time for the ledger drain.
 The result keeps every request briefly (``requests``: group, id, tier, escalated, latency,
 leaked, the first characters of the answer the client read). Recording a run is
-``app.router.runs.run_domain_shift``.
+``app.cascade.drill_runs.record_domain_shift``.
 """
 from __future__ import annotations
 
@@ -140,9 +140,10 @@ def _group(rows: list[dict]) -> dict[str, Any]:
             "leaks": sum(leaked(r) for r in rows)}
 
 
-def run_drill(url: str, key: str, *, n_ood: int, n_control: int, workflow: str,
-              max_tokens: int = 64, timeout_s: float = 120.0, seed: int = 0,
-              escalation_lookup: Callable[[list[dict]], None] | None = None) -> dict[str, Any]:
+def run_domain_shift(url: str, key: str, *, n_ood: int, n_control: int, workflow: str,
+                     max_tokens: int = 64, timeout_s: float = 120.0, seed: int = 0,
+                     escalation_lookup: Callable[[list[dict]], None] | None = None
+                     ) -> dict[str, Any]:
     """Run the drill; ``escalation_lookup`` fills ``escalated`` where headers did not (ledger)."""
     rng = random.Random(seed)
     jobs = [("control", control_prompt(rng)) for _ in range(n_control)] + \
@@ -178,7 +179,7 @@ def _brief(group: str, r: dict[str, Any]) -> dict[str, Any]:
             "answer_head": r.get("answer_head", ""), **({"error": r["error"]} if "error" in r else {})}
 
 
-def verdict(result: dict[str, Any], min_escalation_rate: float) -> bool:
+def drill_passed(result: dict[str, Any], min_escalation_rate: float) -> bool:
     rate = result["ood"]["escalation_rate"]
     return (result["aborted_tier_bytes_to_client"] == 0 and result["errors"] == 0
             and rate is not None and rate >= min_escalation_rate)

@@ -1,15 +1,16 @@
-"""Running the domain-shift drill (CD-28B) as a recorded DrillRun: the CLI and the console
-both call ``run_domain_shift``."""
+"""Drill CD-28B (domain shift) as a recorded DrillRun: the CLI and the drills worker both
+call ``record_domain_shift``, which validates, records the run and runs
+``app.cascade.drill.run_domain_shift`` against a gateway."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 from urllib.parse import urlparse
 
+from app.cascade.drill import drill_passed, run_domain_shift
 from app.drills.models import DrillRun
 from app.drills.service import finish_run, start_run
 from app.errors import ValidationError
-from app.router.drill import run_drill, verdict
 
 KIND = "domain-shift"
 MAX_REQUESTS = 500
@@ -56,11 +57,11 @@ def _validate(url: str, key: str, n_ood: int, n_control: int, max_tokens: int,
         raise ValidationError("invalid domain-shift drill", errors)
 
 
-def run_domain_shift(url: str, key: str, *, workflow: str = "drill-simple-extraction",
-                     n_ood: int = 40, n_control: int = 20, max_tokens: int = 64,
-                     timeout_s: float = 120.0, ledger_wait_s: float = 15.0,
-                     min_escalation_rate: float = 0.5, seed: int = 0,
-                     actor=None) -> DrillRun:
+def record_domain_shift(url: str, key: str, *, workflow: str = "drill-simple-extraction",
+                        n_ood: int = 40, n_control: int = 20, max_tokens: int = 64,
+                        timeout_s: float = 120.0, ledger_wait_s: float = 15.0,
+                        min_escalation_rate: float = 0.5, seed: int = 0,
+                        actor=None) -> DrillRun:
     """Run CD-28B against the gateway at ``url`` with tenant key ``key`` and return the
     finished run: status "passed" (no aborted-tier byte reached a client, no request
     failed, out-of-domain escalation rate >= ``min_escalation_rate``), "failed", or
@@ -72,9 +73,10 @@ def run_domain_shift(url: str, key: str, *, workflow: str = "drill-simple-extrac
               "seed": seed}
     run = start_run(KIND, params, actor=actor)
     try:
-        result = run_drill(url, key, n_ood=n_ood, n_control=n_control, workflow=workflow,
-                           max_tokens=max_tokens, timeout_s=timeout_s, seed=seed,
-                           escalation_lookup=ledger_lookup(ledger_wait_s))
+        result = run_domain_shift(url, key, n_ood=n_ood, n_control=n_control,
+                                  workflow=workflow, max_tokens=max_tokens,
+                                  timeout_s=timeout_s, seed=seed,
+                                  escalation_lookup=ledger_lookup(ledger_wait_s))
     except Exception as exc:  # noqa: BLE001 - the run records what went wrong
         return finish_run(run, {}, passed=None, error=f"{type(exc).__name__}: {exc}"[:500])
-    return finish_run(run, result, passed=verdict(result, min_escalation_rate))
+    return finish_run(run, result, passed=drill_passed(result, min_escalation_rate))

@@ -140,7 +140,7 @@ def _auc(q: np.ndarray, y: np.ndarray) -> float | None:
 def calibration_report(params: Mapping, per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]],
                        bins: int = 10) -> dict[str, dict]:
     """Per tier on held-out rows: ECE before/after calibration, AUC, reliability diagram."""
-    from app.router.training import uncalibrated
+    from app.cascade.training import uncalibrated
     router, raw = rm.load(params), rm.load(uncalibrated(params))
     out = {}
     for j, rank in enumerate(router.ranks):

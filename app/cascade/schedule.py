@@ -21,8 +21,8 @@ from flask import current_app
 
 from app.extensions import db
 from app.ledger.models import LedgerEntry
-from app.router import evaluation as ev
-from app.router.models import RouterModel
+from app.cascade import evaluation as ev
+from app.cascade.models import RouterModel
 
 log = logging.getLogger(__name__)
 N_TIERS = 3

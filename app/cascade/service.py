@@ -21,9 +21,9 @@ from app.core.router_features import EMBEDDING_DIM, feature_dim
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.models_base import utcnow
-from app.router import evaluation as ev
-from app.router.models import RouterModel
-from app.router.training import fit_router
+from app.cascade import evaluation as ev
+from app.cascade.models import RouterModel
+from app.cascade.training import fit_router
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from app.extensions import db
 from app.ledger.models import LedgerEntry
-from app.router.service import scope_tenant_id
+from app.cascade.service import scope_tenant_id
 
 TRACE_FIELDS = ("feedback", "shadow", "escalated_from")
 
@@ -46,8 +46,8 @@ def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
 
 def train_from_ledger(scope: str) -> dict[str, Any]:
     """What the ``router.train`` task runs: read the scope's traces, train, maybe promote."""
-    from app.router.schedule import training_done
-    from app.router.service import train_scope
+    from app.cascade.schedule import training_done
+    from app.cascade.service import train_scope
     try:
         traces = traces_from_ledger(scope)
         model = train_scope(scope, traces)

@@ -9,12 +9,12 @@ from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
 from app.errors import ServiceError, ValidationError
-from app.router import charts, service
+from app.cascade import charts, service
 
 from app.console.assets import plotly_js_response  # noqa: E402
 
-bp = Blueprint("router", __name__, url_prefix="/router")
-api_bp = Blueprint("router_api", __name__)
+bp = Blueprint("cascade", __name__, url_prefix="/router")
+api_bp = Blueprint("cascade_api", __name__)
 
 
 @bp.route("/plotly.js")
@@ -30,7 +30,7 @@ def index():
         vs = service.versions(scope)
         active = next((v for v in vs if v.status == "active"), None)
         rows.append({"scope": scope, "versions": len(vs), "active": active, "latest": vs[0]})
-    return render_template("router/index.html", rows=rows)
+    return render_template("cascade/index.html", rows=rows)
 
 
 @bp.route("/scope/<path:scope>")
@@ -45,7 +45,7 @@ def scope_detail(scope: str):
     chosen_id = request.args.get("model", type=int)
     model = next((v for v in vs if v.id == chosen_id), None) or \
         next((v for v in vs if v.status == "active"), vs[0])
-    return render_template("router/scope.html", scope=scope, versions=vs, model=model,
+    return render_template("cascade/scope.html", scope=scope, versions=vs, model=model,
                            calibration=(model.metrics or {}).get("calibration", {}),
                            held_out=(model.metrics or {}).get("held_out", {}),
                            comparison=(model.metrics or {}).get("comparison", {}),
@@ -76,7 +76,7 @@ def set_taus(model_id: int):
     else:
         flash(f"τ set for {target:.1%} of frontier quality: tier 1 ≥ {taus['router_tau_1']:.2f}, "
               f"tier 2 ≥ {taus['router_tau_2']:.2f}", "info")
-    return redirect(url_for("router.scope_detail", scope=model.scope, model=model_id))
+    return redirect(url_for("cascade.scope_detail", scope=model.scope, model=model_id))
 
 
 @bp.route("/models/<int:model_id>/activate", methods=["POST"])
@@ -90,7 +90,7 @@ def activate(model_id: int):
         model = service.get_model(current_user, model_id)
     else:
         flash(f"Version {model.version} is now active.", "info")
-    return redirect(url_for("router.scope_detail", scope=model.scope, model=model_id))
+    return redirect(url_for("cascade.scope_detail", scope=model.scope, model=model_id))
 
 
 def _model_json(m) -> dict:

@@ -1,5 +1,31 @@
 """Recording drill runs, and starting the long drills from the console as Celery tasks.
-The drills themselves live with their areas (cache, routing, router).
+
+The drills themselves live with their areas, each the same way:
+
+- CD-28A ``cache-poisoning`` in ``app.cache``, ``flask drill cache-poisoning``
+- CD-28B ``domain-shift`` in ``app.cascade``, ``flask drill domain-shift``
+- CD-28C ``replica-loss`` in ``app.replica_routing``, ``flask drill replica-loss``
+
+Each area has:
+
+- ``app/<area>/drill.py``: the drill itself, without Flask or SQL (handed what it needs):
+  ``run_<drill>(...) -> dict`` (the report) and ``drill_passed(report, ...) -> bool``.
+- ``app/<area>/drill_runs.py``: the recorded run, ``KIND`` and
+  ``record_<drill>(..., actor=None) -> DrillRun``: validate (ValidationError or PairError,
+  nothing recorded), ``start_run`` here, call ``run_<drill>``, ``finish_run`` here
+  (passed / failed / error), return the finished run. A drill that must be recorded
+  before it is queued elsewhere also has the two halves of ``record_<drill>``:
+  ``start_<drill>`` (validate, record a ``running`` run) and ``execute_<drill>(run_id,
+  ...)`` (drive it, finish the run); CD-28C does, as the console records it before
+  queueing it on the pool's node.
+- ``app/<area>/cli.py``: ``flask drill <kind>`` on ``app.drills.cli.drill_cli``, calling
+  ``record_<drill>``.
+
+This module has ``start_run`` / ``finish_run`` / ``list_runs`` and, for the drills that the
+console and the admin API (``app.drills.views``) hand to a worker, ``queue_<drill>`` (the
+request's side) and ``run_queued_<drill>`` (what the Celery task ``drills.<drill>`` in
+``workers/tasks/drills.py`` calls; it ends in ``record_<drill>`` or ``execute_<drill>``).
+CD-28A is quick: the views call ``record_cache_poisoning`` in the request.
 
 A drill that calls the gateway needs a tenant API key. It never goes into the task's
 message (brokers and worker logs keep those): the console puts it in Redis for
@@ -77,7 +103,7 @@ def queue_replica_loss(actor, key: str, **params: Any) -> DrillRun:
     ValidationError (nothing recorded or queued) on bad parameters or a missing key."""
     from app.audit.service import record
     from app.pools.service import node_queue
-    from app.routing.drill_runs import start_replica_loss
+    from app.replica_routing.drill_runs import start_replica_loss
     require_drill_run(actor)
     if not key:
         raise ValidationError("invalid replica-loss drill",
@@ -91,8 +117,8 @@ def queue_replica_loss(actor, key: str, **params: Any) -> DrillRun:
 
 
 def queue_domain_shift(actor, key: str, **params: Any) -> None:
-    """Queue CD-28B (``app.router.runs.run_domain_shift``); the run appears when a worker
-    starts it."""
+    """Queue CD-28B (``app.cascade.drill_runs.record_domain_shift``); the run appears when a
+    worker starts it."""
     from app.audit.service import record
     require_drill_run(actor)
     if not key:
@@ -104,7 +130,7 @@ def queue_domain_shift(actor, key: str, **params: Any) -> None:
 
 
 def run_queued_replica_loss(run_id: int, ref: str) -> DrillRun:
-    from app.routing.drill_runs import execute_replica_loss
+    from app.replica_routing.drill_runs import execute_replica_loss
     key = take_secret(ref)
     run = db.session.get(DrillRun, run_id)
     if key is None:
@@ -116,14 +142,14 @@ def run_queued_replica_loss(run_id: int, ref: str) -> DrillRun:
 def run_queued_domain_shift(params: dict[str, Any], ref: str,
                             actor_id: int | None) -> DrillRun:
     from app.auth.models import User
-    from app.router.runs import KIND, run_domain_shift
+    from app.cascade.drill_runs import KIND, record_domain_shift
     actor = db.session.get(User, actor_id) if actor_id is not None else None
     key = take_secret(ref)
     try:
         if key is None:
             raise ValidationError("the drill's API key expired before a worker took it",
                                   {"key": ["start the drill again"]})
-        return run_domain_shift(key=key, actor=actor, **params)
+        return record_domain_shift(key=key, actor=actor, **params)
     except ValidationError as exc:      # shown on the page as a run that never started
         run = start_run(KIND, params, actor)
         detail = "; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items())

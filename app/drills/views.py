@@ -67,7 +67,7 @@ def _queued(start, message: str, **fixed):
 
 @bp.route("/drills/replica-loss", methods=["POST"])
 @login_required
-def start_replica_loss():
+def replica_loss():
     require("drill.run")
     try:
         nums = _numbers(REPLICA_LOSS_NUMBERS)
@@ -81,7 +81,7 @@ def start_replica_loss():
 
 @bp.route("/drills/domain-shift", methods=["POST"])
 @login_required
-def start_domain_shift():
+def domain_shift():
     require("drill.run")
     try:
         nums = _numbers(DOMAIN_SHIFT_NUMBERS)
@@ -97,10 +97,10 @@ def start_domain_shift():
 
 @bp.route("/drills/cache-poisoning", methods=["POST"])
 @login_required
-def run_cache_poisoning():
+def cache_poisoning():
     require("drill.run")
     from app.cache.drill import PairError
-    from app.cache.runs import run_drill_file
+    from app.cache.drill_runs import record_cache_poisoning
     raw_threshold = (request.form.get("threshold") or "").strip()
     try:
         threshold = float(raw_threshold) if raw_threshold else None
@@ -119,13 +119,15 @@ def run_cache_poisoning():
     else:
         lines, source = SAMPLE_PAIRS.open(encoding="utf-8"), "sample"
     try:
-        result = run_drill_file(lines, threshold=threshold, source=source, actor=current_user)
+        run = record_cache_poisoning(lines, threshold=threshold, source=source,
+                                     actor=current_user)
     except PairError as exc:
         flash(f"Bad pair file: {exc}", "error")
         return redirect(url_for("drills.index")), 303
     finally:
         lines.close()
-    flash(f"Cache-poisoning drill #{result['run_id']}: {result['false_hits']} false hits, "
+    result = run.result
+    flash(f"Cache-poisoning drill #{run.id}: {result['false_hits']} false hits, "
           f"true-hit rate {result['true_hit_rate']:.1%} over {result['pairs']} pairs.",
           "success" if result["false_hits"] == 0 else "error")
     return redirect(url_for("drills.index")), 303
@@ -177,7 +179,7 @@ def api_cache_poisoning():
     """CD-28A, run now: ``{"pairs": [{"a", "b", "same", "kind"}, ...]}`` (absent: the
     bundled sample) and an optional ``"threshold"``; answers the drill's report."""
     from app.cache.drill import PairError
-    from app.cache.runs import run_drill_file
+    from app.cache.drill_runs import record_cache_poisoning
     require_drill_run(g.api_user)
     data = body()
     threshold = data.get("threshold")
@@ -196,12 +198,13 @@ def api_cache_poisoning():
         raise ValidationError("invalid drill parameters",
                               {"pairs": ["must be a list of pair objects"]})
     try:
-        result = run_drill_file(lines, threshold=threshold, source=source, actor=g.api_user)
+        run = record_cache_poisoning(lines, threshold=threshold, source=source,
+                                     actor=g.api_user)
     except PairError as exc:
         raise ValidationError("invalid pairs", {"pairs": [str(exc)]}) from None
     finally:
         lines.close()
-    return jsonify(result)
+    return jsonify({**run.result, "run_id": run.id})
 
 
 @api_bp.post("/drills/domain-shift")

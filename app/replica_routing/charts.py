@@ -1,5 +1,5 @@
 """Plotly figure of a simulator run (an HTML fragment; plotly.js is served by
-``routing.plotly_js``)."""
+``replica_routing.plotly_js``)."""
 from __future__ import annotations
 
 import plotly.graph_objects as go

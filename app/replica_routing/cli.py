@@ -67,7 +67,7 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
                        decode_ms_per_token=decode_ms_per_token, bounded_load_c=c)
     result = simulate(read_workload(workload_path), params, names)
     if record:
-        from app.routing.service import record_simulation
+        from app.replica_routing.service import record_simulation
         record_simulation(result, {"workload": workload_path, **params.__dict__})
     click.echo(json.dumps(result) if as_json else format_table(result))
 
@@ -82,7 +82,7 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
 @click.option("--seed", "rng_seed", type=int, default=28, show_default=True)
 def workload(preset, out_path, requests, rate, rng_seed):
     """Write a seed-like workload as JSON lines."""
-    from app.routing.workload import seed_workload, to_lines
+    from app.replica_routing.workload import seed_workload, to_lines
     kwargs = {"seed": rng_seed, **({"rate_rps": rate} if rate else {})}
     rows = seed_workload(requests, **kwargs)
     if out_path == "-":
@@ -111,14 +111,13 @@ def replica_loss(url, key, pool_name, stop_count, sessions, turns_before, turns_
     """CD-28C: stop replicas of a live pool mid-load through the pool driver (run it on the
     pool's node); report failed requests, which sessions moved, and the hit rate per turn."""
     from app.errors import ValidationError
-    from app.routing.drill_runs import execute_replica_loss, start_replica_loss
+    from app.replica_routing.drill_runs import record_replica_loss
     try:
-        run = start_replica_loss(url, pool_name=pool_name, stop_count=stop_count,
-                                 sessions=sessions, turns_before=turns_before,
-                                 turns_after=turns_after, model=model)
+        run = record_replica_loss(url, key, pool_name=pool_name, stop_count=stop_count,
+                                  sessions=sessions, turns_before=turns_before,
+                                  turns_after=turns_after, model=model, timeout_s=timeout_s)
     except ValidationError as exc:
         raise click.UsageError("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()))
-    run = execute_replica_loss(run.id, key, timeout_s=timeout_s)
     if run.status == "error":
         raise click.ClickException(f"drill #{run.id} failed: {run.result.get('error')}")
     result = run.result

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import httpx
 
-from app.routing.live import make_sessions, reply_text, scrape
+from app.replica_routing.live import make_sessions, reply_text, scrape
 
 
 def _owner(before: dict, after: dict) -> tuple[Any, float, float]:

@@ -1,9 +1,11 @@
-"""Running drill CD-28C (replica loss) as a recorded DrillRun, for the CLI and the console.
+"""Drill CD-28C (replica loss) as a recorded DrillRun, for the CLI and the console.
 
-``start_replica_loss`` checks the request and records a run (status ``running``);
-``execute_replica_loss`` drives it and finishes the run. The CLI calls both in one go; the
-console queues ``routing.replica_loss`` on the pool's node queue, so that the replicas are
-stopped where their processes live. Replicas are taken away through the pool driver
+``record_replica_loss`` runs it start to finish (the CLI). It is two halves, because the
+console records the run before it queues it: ``start_replica_loss`` checks the request and
+records a run (status ``running``); ``execute_replica_loss`` drives
+``app.replica_routing.drill.run_replica_loss`` and finishes the run. The console queues
+``drills.replica_loss`` on the pool's node queue, so that the replicas are stopped where
+their processes live. Replicas are taken away through the pool driver
 (``app.pools.driver.stop_replica``): the replica becomes ``stopped`` in SQL and in the
 gateway snapshot before its process ends, so the supervisor does not bring it back in the
 middle of the drill. Each stop writes an audit row naming the run. The tenant API key is
@@ -23,7 +25,7 @@ from app.drills.models import DrillRun
 from app.drills.service import finish_run, start_run
 from app.errors import ValidationError
 from app.extensions import db
-from app.routing.drill import drill_passed, run_replica_loss
+from app.replica_routing.drill import drill_passed, run_replica_loss
 
 KIND = "replica-loss"
 MAX_SESSIONS = 64
@@ -131,3 +133,15 @@ def execute_replica_loss(run_id: int, key: str, *, timeout_s: float = 120.0,
         db.session.rollback()
         return finish_run(run, {}, passed=None, error=f"{type(exc).__name__}: {exc}"[:500])
     return finish_run(run, result, passed=drill_passed(result))
+
+
+def record_replica_loss(url: str, key: str, *, pool_id: int | None = None,
+                        pool_name: str | None = None, stop_count: int = 2, sessions: int = 8,
+                        turns_before: int = 3, turns_after: int = 4, model: str = "auto",
+                        timeout_s: float = 120.0, actor=None) -> DrillRun:
+    """``start_replica_loss`` then ``execute_replica_loss``: the finished run. Raises
+    ValidationError (nothing recorded) on bad parameters."""
+    run = start_replica_loss(url, pool_id=pool_id, pool_name=pool_name, stop_count=stop_count,
+                             sessions=sessions, turns_before=turns_before,
+                             turns_after=turns_after, model=model, actor=actor)
+    return execute_replica_loss(run.id, key, timeout_s=timeout_s)

@@ -1,4 +1,4 @@
-"""Routing area operations: simulator runs kept as drill history, and the lint report."""
+"""Replica-routing area operations: simulator runs kept as drill history, and the lint report."""
 from __future__ import annotations
 
 from typing import Any
@@ -48,7 +48,7 @@ def run_seed_simulation(replicas: int, kv_tokens: int, requests: int, actor=None
     if errors:
         raise ValidationError("invalid simulation", errors)
     from app.core.prefix_sim import SimParams, simulate
-    from app.routing.workload import seed_workload
+    from app.replica_routing.workload import seed_workload
     params = SimParams(replicas=replicas, kv_tokens=kv_tokens)
     result = simulate(seed_workload(requests, seed=seed), params)
     return record_simulation(result, {"workload": f"preset:seed:{requests}:{seed}",

@@ -11,11 +11,11 @@ from app.core.prefix_sim import DEFAULT_KV_TOKENS
 from app.errors import ServiceError
 from app.redis_client import get_redis, keys
 from app.contract import lint
-from app.routing import charts, service
+from app.replica_routing import charts, service
 
 from app.console.assets import plotly_js_response  # noqa: E402
 
-bp = Blueprint("routing", __name__, url_prefix="/routing")
+bp = Blueprint("replica_routing", __name__, url_prefix="/routing")
 
 
 @bp.route("/plotly.js")
@@ -34,7 +34,7 @@ def index():
         lint_error = ""
     except Exception as exc:  # noqa: BLE001 - Redis down: the page still shows the simulator
         lint_rows, lint_error = [], f"live traffic samples unavailable ({exc.__class__.__name__})"
-    return render_template("routing/index.html", runs=runs, latest=latest, chart=chart,
+    return render_template("replica_routing/index.html", runs=runs, latest=latest, chart=chart,
                            lint_rows=lint_rows, lint_error=lint_error,
                            can_run=current_user.can("drill.run"), default_kv=DEFAULT_KV_TOKENS)
 
@@ -50,10 +50,10 @@ def simulate():
             requests=int(request.form.get("requests") or 5000), actor=current_user)
     except ValueError:
         flash("replicas, KV tokens and requests must be whole numbers", "error")
-        return redirect(url_for("routing.index"))
+        return redirect(url_for("replica_routing.index"))
     except ServiceError as exc:
         flash("; ".join(f"{k}: {', '.join(v)}" for k, v in exc.errors.items()) or exc.message,
               "error")
-        return redirect(url_for("routing.index"))
+        return redirect(url_for("replica_routing.index"))
     flash(f"Simulation #{run.id} finished ({run.status})", "success")
-    return redirect(url_for("routing.index"))
+    return redirect(url_for("replica_routing.index"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.router.evaluation import held_out
+from app.cascade.evaluation import held_out
 
 
 def traces(n: int, seed: int = 0, *, flip_train: bool = False, prefix: str = "r") -> list[dict]:

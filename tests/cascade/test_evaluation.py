@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from app.core import router_model as rm
-from app.router import evaluation as ev
+from app.cascade import evaluation as ev
 
 PRICES = {1: (0.06, 0.06), 2: (0.35, 0.35), 3: (3.5, 3.5)}
 

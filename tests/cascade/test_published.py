@@ -2,10 +2,10 @@ import numpy as np
 
 from app.core import router_model as rm
 from app.redis_client import keys
-from app.router import service
+from app.cascade import service
 from app.contract.routers import PublishedRouters, scopes_for
 from tests.factories import TenantFactory
-from tests.router.helpers import traces
+from tests.cascade.helpers import traces
 
 
 def test_gateway_side_picks_up_promotions_without_restart(app, redis_client):

@@ -6,7 +6,7 @@ import pytest
 from app.core import router_model as rm
 from app.core.router_features import (STRUCTURAL_NAMES, WORKFLOW_BUCKETS, feature_dim,
                                       request_features, structural_features, workflow_bucket)
-from app.router.training import fit_router, fit_tier, uncalibrated
+from app.cascade.training import fit_router, fit_tier, uncalibrated
 
 
 def params_with(q1_logit: float, q2_logit: float, dim: int = 3) -> dict:

@@ -6,8 +6,8 @@ import pytest
 
 from app.extensions import db
 from app.ledger.models import LedgerEntry
-from app.router.models import RouterModel
-from app.router.schedule import due_scopes
+from app.cascade.models import RouterModel
+from app.cascade.schedule import due_scopes
 from tests.factories import TenantFactory
 
 

@@ -6,11 +6,11 @@ from app.errors import Conflict, ValidationError
 from app.extensions import db
 from app.policies.service import effective_policy
 from app.redis_client import keys
-from app.router import evaluation as ev
-from app.router import service
-from app.router.models import RouterModel
+from app.cascade import evaluation as ev
+from app.cascade import service
+from app.cascade.models import RouterModel
 from tests.factories import TenantFactory, UserFactory
-from tests.router.helpers import traces
+from tests.cascade.helpers import traces
 
 
 def test_tier_labels_rules():
@@ -116,7 +116,7 @@ def test_too_few_held_out_traces_keep_a_candidate(app, monkeypatch):
 
 def test_training_from_ledger_rows(app, redis_client):
     from app.ledger.models import LedgerEntry
-    from app.router.traces import train_from_ledger, traces_from_ledger
+    from app.cascade.traces import train_from_ledger, traces_from_ledger
     t = TenantFactory()
     for tr in traces(800, seed=10):
         db.session.add(LedgerEntry(

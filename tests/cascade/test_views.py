@@ -1,9 +1,9 @@
 import re
 
 from app.policies.service import effective_policy
-from app.router import service
+from app.cascade import service
 from tests.factories import TenantFactory, UserFactory
-from tests.router.helpers import traces
+from tests.cascade.helpers import traces
 
 
 def login(client, user):

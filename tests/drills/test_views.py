@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.drills.service import list_runs
 from app.redis_client import keys
-from app.routing import service as routing
+from app.replica_routing import service as routing
 from tests.console.web import browser, csrf_from, login, submit
 from tests.factories import PoolFactory, UserFactory
 from tests.gateway.conftest import make_world

@@ -119,8 +119,8 @@ def msgs(text: str) -> list[dict]:
 
 def publish_router(w, params: dict) -> None:
     from app.extensions import db
-    from app.router import service
-    from app.router.models import RouterModel
+    from app.cascade import service
+    from app.cascade.models import RouterModel
     scope = f"tenant:{w.tenant.id}"
     old = service.active_model(scope)
     if old is not None:
@@ -215,7 +215,7 @@ def test_high_margin_tier1_is_served_by_tier1(app, gateway, fake_replicas, front
 
 def test_router_failure_falls_back_to_tier2(app, gateway, fake_replicas, frontier):
     from app.redis_client import get_redis, keys
-    from app.router import service
+    from app.cascade import service
     w = make_world(app, gateway, [fake_replicas[0].url], frontier.url,
                    policy={"frontier_first_hours": 0, "cache_enabled": False})
     known_workflow(w)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.router import drill
-from app.router.runs import run_domain_shift
+from app.cascade import drill
+from app.cascade.drill_runs import record_domain_shift
 from tests.gateway.conftest import Server, health, make_world, wait_for
 from tests.gateway.test_cascade import publish_router, router_params
 
@@ -34,8 +34,8 @@ def test_domain_shift_drill_against_the_gateway(app, gateway, novice, fake_repli
     wait_for(lambda: health(w.gateway)["snapshot_version"] > version, what="snapshot reload")
     publish_router(w, router_params(0.95, 0.95))  # the router sends every request to tier 1
 
-    run = run_domain_shift(w.gateway.url, w.key, n_ood=6, n_control=4, max_tokens=32,
-                           ledger_wait_s=0)
+    run = record_domain_shift(w.gateway.url, w.key, n_ood=6, n_control=4, max_tokens=32,
+                              ledger_wait_s=0)
 
     r = run.result
     assert run.status == "passed", r
@@ -67,6 +67,6 @@ def test_bad_parameters_record_nothing(app):
     from app.errors import ValidationError
     from app.extensions import db
     with pytest.raises(ValidationError) as exc:
-        run_domain_shift("ftp://x", "", n_ood=0)
+        record_domain_shift("ftp://x", "", n_ood=0)
     assert set(exc.value.errors) == {"url", "key", "n_ood"}
     assert db.session.scalar(db.select(db.func.count()).select_from(DrillRun)) == 0

@@ -11,9 +11,9 @@ import pytest
 
 from app.core import router_model as rm
 from app.core.router_features import feature_dim
-from app.router import drill
-from app.router import evaluation as ev
-from app.router.training import uncalibrated
+from app.cascade import drill
+from app.cascade import evaluation as ev
+from app.cascade.training import uncalibrated
 from tests.gateway.conftest import health, make_world, wait_for
 
 SYSTEM = "Invoice desk: answer with the invoice fields."
@@ -63,7 +63,7 @@ def small_router_config(app, monkeypatch):
 def test_router_trains_from_gateway_traffic_and_client_feedback(
         small_router_config, gateway, fake_replicas, frontier, celery_worker):
     from app.policies.service import update_policy
-    from app.router.traces import train_from_ledger, traces_from_ledger
+    from app.cascade.traces import train_from_ledger, traces_from_ledger
     from tests.factories import UserFactory
     app = small_router_config
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
@@ -114,7 +114,7 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
 
     # the beat's scheduler finds the workflow (and its tenant) due and queues router.train;
     # the real worker runs it (with the default 200-label minimum it declines to train)
-    from app.router.schedule import due_scopes, enqueue_due_training
+    from app.cascade.schedule import due_scopes, enqueue_due_training
     due = {d["scope"]: d for d in due_scopes()}
     assert set(due) == {scope, f"tenant:{w.tenant.id}"}
     assert due[scope]["tiers"] == {"1": 24 + 2, "2": 12 + 24 + 2} and due[scope]["new"] == 50
@@ -126,7 +126,7 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
     # queued once, not again while in flight: the worker declines these in milliseconds
     # and releases the mark, so hold the marks as an unfinished train would
     from app.redis_client import get_redis
-    from app.router.schedule import _queued_key
+    from app.cascade.schedule import _queued_key
     r = get_redis()
     for s in due:
         r.set(_queued_key(s), "1", ex=60)
@@ -138,7 +138,7 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
     # what the router.train task runs, here with the small thresholds: a version
     out = train_from_ledger(scope)
     assert out["trained"] and out["version"] == 1, out
-    from app.router.service import versions
+    from app.cascade.service import versions
     (model,) = versions(scope)
     assert model.trained_on > 0 and model.metrics["calibration"]
     # it learned the feedback: tier 2 scores the easy prompts above the hard ones

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from app.core.prefix_sim import POLICIES, RadixLRU, SimParams, best_non_oracle, simulate
-from app.routing.workload import LINE_KEYS, MAX_CONTEXT, seed_workload, to_lines
+from app.replica_routing.workload import LINE_KEYS, MAX_CONTEXT, seed_workload, to_lines
 
 
 def test_radix_cache_shares_prefixes_and_evicts_leaves_first():

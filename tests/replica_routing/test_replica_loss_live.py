@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.routing.drill import run_replica_loss
+from app.replica_routing.drill import run_replica_loss
 from tests.engine.conftest import EngineProcess
 from tests.gateway.conftest import make_world
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import re
 
-from app.routing import service
+from app.replica_routing import service
 from app.contract.lint import record_prompt_sample
 from tests.factories import TenantFactory, UserFactory
 
