@@ -15,7 +15,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "admin": frozenset({"tenant.manage", "key.manage", "catalog.manage", "pool.operate",
                         "policy.manage", "user.manage", "budget.manage", "adapter.approve",
                         "cache.invalidate", "drill.run", "workflow.manage", "audit.read",
-                        "secret.manage"}),
+                        "secret.manage", "engine.configure"}),
     "ops": frozenset({"tenant.manage", "key.manage", "catalog.manage", "pool.operate",
                       "policy.manage", "cache.invalidate", "drill.run", "workflow.manage"}),
     "finops": frozenset({"budget.manage"}),
@@ -25,7 +25,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
 
 # Permissions that act on shared infrastructure: a tenant-scoped user never has them.
 GLOBAL_ONLY = frozenset({"catalog.manage", "pool.operate", "user.manage", "drill.run",
-                         "audit.read", "secret.manage"})
+                         "audit.read", "secret.manage", "engine.configure"})
 
 
 class User(UserMixin, db.Model):

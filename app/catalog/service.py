@@ -11,6 +11,7 @@ from app.catalog.models import ENGINES, UPSTREAM_KINDS, Pool, Replica, Tier
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.snapshot.service import publish_after_commit
+from workers.pools.vllm_cmd import validate_options
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 # What decides where the gateway sends a tier's requests and with which credential:
@@ -187,6 +188,9 @@ def _clean_pool(data: dict, current: Pool | None) -> dict:
     if not isinstance(options, dict):
         errors["options"] = ["must be a JSON object"]
         options = {}
+    problems = validate_options(options, engine)
+    if problems:
+        errors["options"] = [f"{name}: {p}" for name, ps in sorted(problems.items()) for p in ps]
     clean["options"] = options
     for field, lo, hi, default in (("desired_replicas", 0, 64, 1), ("base_port", 1024, 65000, 8500),
                                    ("gpus_per_replica", 0, 64, 1)):
@@ -218,6 +222,11 @@ def save_pool(user, data: dict, pool_id: int | None = None) -> Pool:
     _require(user, "catalog.manage")
     pool = get_pool(pool_id) if pool_id else None
     clean = _clean_pool(data, pool)
+    args_before = (pool.options or {}).get("extra_args") if pool else None
+    args_after = clean["options"].get("extra_args")
+    if args_after != args_before and not user.can("engine.configure"):
+        raise Forbidden("only an admin may set an engine's extra arguments",
+                        {"options": ["extra_args: admin only"]})
     before = pool.to_dict() if pool else None
     if pool is None:
         pool = Pool(**clean)
@@ -229,6 +238,9 @@ def save_pool(user, data: dict, pool_id: int | None = None) -> Pool:
     sync_replica_rows(pool)
     record(user, "pool.update" if before else "pool.create", "pool", pool.id, before=before,
            after=pool.to_dict())
+    if args_after != args_before:
+        record(user, "pool.extra_args_change", "pool", pool.id,
+               before={"extra_args": args_before}, after={"extra_args": args_after})
     db.session.commit()
     publish_after_commit()
     return pool

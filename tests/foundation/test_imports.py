@@ -23,7 +23,8 @@ OURS = ("app", "workers", "config", "wsgi")
 FORBIDDEN_THIRD_PARTY = ("flask", "flask_sqlalchemy", "flask_login", "flask_wtf",
                          "flask_migrate", "sqlalchemy", "alembic", "celery", "wtforms")
 NODE_SIDE = ["workers/pools/health.py", "workers/pools/launcher.py", "workers/pools/lora.py",
-             "workers/pools/metrics.py", "workers/pools/vllm_cmd.py"]
+             "workers/pools/metrics.py", "workers/pools/vllm_cmd.py",
+             "workers/pools/engine_options.py"]
 
 
 def _modules_imported(path: Path) -> list[tuple[int, str]]:

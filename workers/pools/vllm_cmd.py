@@ -16,7 +16,11 @@ Pool.options (all optional)::
     kv_events: true | {endpoint, topic, publisher}
     gpu_memory_utilization, max_num_seqs, max_model_len, tensor_parallel_size,
     enable_prompt_tokens_details (default true), max_prefix_tokens (reference engine),
-    threads (reference engine), extra_args: [...], env: {...}
+    threads (reference engine), extra_args: [...] (engine flags from an allowlist, admin
+    only), env: {...} (variables from an allowlist)
+
+Types, ranges and the allowlists are ``workers.pools.engine_options``; nothing in the
+options can load code into an engine.
 """
 from __future__ import annotations
 
@@ -24,11 +28,8 @@ import json
 import sys
 from typing import Any, Mapping
 
-QUANTIZATIONS = ("fp8", "awq", "awq_marlin")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-HASH_ALGOS = ("sha256", "sha256_cbor", "xxhash", "xxhash_cbor")
-SPEC_METHODS = ("eagle", "eagle3", "ngram")
-PD_ROLES = ("prefill", "decode")
+from workers.pools import engine_options
+
 NIXL_SIDE_CHANNEL_BASE = 5600
 KV_EVENTS_BASE = 5557
 
@@ -37,43 +38,19 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def validate_options(options: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Errors per option name; empty when the options make a valid command line."""
-    errors: dict[str, list[str]] = {}
-    q = options.get("quantization")
-    if q is not None and q not in QUANTIZATIONS:
-        errors["quantization"] = [f"must be one of {', '.join(QUANTIZATIONS)}"]
-    kv = options.get("kv_cache_dtype")
-    if kv is not None and kv not in KV_CACHE_DTYPES:
-        errors["kv_cache_dtype"] = [f"must be one of {', '.join(KV_CACHE_DTYPES)}"]
-    algo = options.get("prefix_caching_hash_algo")
-    if algo is not None and algo not in HASH_ALGOS:
-        errors["prefix_caching_hash_algo"] = [f"must be one of {', '.join(HASH_ALGOS)}"]
-    spec = options.get("speculative")
-    if spec is not None:
-        if not isinstance(spec, Mapping) or spec.get("method") not in SPEC_METHODS:
-            errors["speculative"] = [f"method must be one of {', '.join(SPEC_METHODS)}"]
-        else:
-            if spec["method"] != "ngram" and not spec.get("model"):
-                errors.setdefault("speculative", []).append("eagle needs a draft 'model'")
-            k = spec.get("num_speculative_tokens")
-            if not isinstance(k, int) or not 1 <= k <= 16:
-                errors.setdefault("speculative", []).append(
-                    "num_speculative_tokens must be 1..16")
-            table = spec.get("num_speculative_tokens_per_batch_size")
-            if table is not None and not _valid_depth_table(table, k):
-                errors.setdefault("speculative", []).append(
-                    "num_speculative_tokens_per_batch_size must be [[start, end, K], ...] "
-                    "with start <= end, ranges ascending and K <= num_speculative_tokens")
-    lora = options.get("lora")
-    if lora is not None and not isinstance(lora, Mapping):
-        errors["lora"] = ["must be an object {max_loras, max_lora_rank, modules}"]
-    pd = options.get("disaggregation")
-    if pd is not None and (not isinstance(pd, Mapping) or pd.get("role") not in PD_ROLES):
-        errors["disaggregation"] = [f"role must be one of {', '.join(PD_ROLES)}"]
-    g = options.get("gpu_memory_utilization")
-    if g is not None and not (isinstance(g, (int, float)) and 0 < g <= 1):
-        errors["gpu_memory_utilization"] = ["must be in (0, 1]"]
+def validate_options(options: Mapping[str, Any], engine: str = "vllm") -> dict[str, list[str]]:
+    """Errors per option name; empty when the options make a valid command line. Types,
+    ranges and allowlists come from ``engine_options``; here, what ties fields together."""
+    errors = engine_options.validate(options, engine)
+    spec = options.get("speculative") if isinstance(options, Mapping) else None
+    if isinstance(spec, Mapping) and "speculative" not in errors:
+        if spec["method"] != "ngram" and not spec.get("model"):
+            errors.setdefault("speculative", []).append("eagle needs a draft 'model'")
+        table = spec.get("num_speculative_tokens_per_batch_size")
+        if table is not None and not _valid_depth_table(table, spec["num_speculative_tokens"]):
+            errors.setdefault("speculative", []).append(
+                "num_speculative_tokens_per_batch_size must be [[start, end, K], ...] "
+                "with start <= end, ranges ascending and K <= num_speculative_tokens")
     return errors
 
 
@@ -102,7 +79,7 @@ def build_command(pool: Mapping[str, Any], index: int, *, host: str = "127.0.0.1
     """(argv, extra environment) for replica ``index`` of ``pool``.
     Raises ValueError when the options are invalid."""
     options = dict(pool.get("options") or {})
-    errors = validate_options(options)
+    errors = validate_options(options, pool.get("engine", "reference"))
     if errors:
         raise ValueError("; ".join(f"{k}: {' '.join(v)}" for k, v in sorted(errors.items())))
     if pool.get("engine", "reference") == "vllm":
