@@ -86,7 +86,7 @@ class Config:
     LOG_LEVEL = "INFO"
     CELERY: dict[str, Any] = {}     # overrides of app.celery_binding's settings
     TESTING = False
-    # S01 router training (app.router): labels needed, held-out share and size, quality
+    # S01 router training (app.cascade): labels needed, held-out share and size, quality
     # bar (share of frontier quality), training window, new labels before a retrain
     ROUTER_MIN_LABELS = 200
     ROUTER_HELDOUT_FRACTION = 0.2
@@ -94,7 +94,7 @@ class Config:
     ROUTER_QUALITY_TARGET = 0.99
     ROUTER_TRAIN_WINDOW_DAYS = 30
     ROUTER_RETRAIN_MIN_NEW_LABELS = 200
-    # Pool driver on each node (app.pools.driver)
+    # Pool driver on each node (workers.pools.driver)
     POOLS_VAR_DIR = ""              # engines' logs and pid files; empty: var/ in the repo
     POOLS_BIND_HOST = "127.0.0.1"   # where engines listen
     POOLS_ADVERTISE_HOST = "127.0.0.1"  # the host in the replica URL gateways call

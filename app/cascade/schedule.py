@@ -29,9 +29,6 @@ N_TIERS = 3
 QUEUED_TTL_S = 3600  # one train per scope in flight at a time (a lock that expires)
 
 
-def _cfg(name: str, default: Any) -> Any:
-    return current_app.config.get(name, default)
-
 
 def _label_rows(since: datetime):
     p = LedgerEntry.payload
@@ -55,10 +52,10 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
     """The scopes due for training, with their label counts (tiers 1..N-1, new since the
     last version), most new labels first."""
     now = now or datetime.now(timezone.utc)
-    since = now - timedelta(days=float(_cfg("ROUTER_TRAIN_WINDOW_DAYS", 30)))
-    heldout = float(_cfg("ROUTER_HELDOUT_FRACTION", 0.2))
-    need = math.ceil(int(_cfg("ROUTER_MIN_LABELS", 200)) / max(1e-6, 1.0 - heldout))
-    min_new = int(_cfg("ROUTER_RETRAIN_MIN_NEW_LABELS", 200))
+    since = now - timedelta(days=float(current_app.config["ROUTER_TRAIN_WINDOW_DAYS"]))
+    heldout = float(current_app.config["ROUTER_HELDOUT_FRACTION"])
+    need = math.ceil(int(current_app.config["ROUTER_MIN_LABELS"]) / max(1e-6, 1.0 - heldout))
+    min_new = int(current_app.config["ROUTER_RETRAIN_MIN_NEW_LABELS"])
     trained = {s: _aware(at) for s, at in _last_trained().items()}
     counts: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"tiers": [0] * (N_TIERS - 1), "labelled": 0, "new": 0})

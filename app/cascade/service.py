@@ -38,9 +38,6 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 DEFAULT_PRICES = {1: (0.06, 0.06), 2: (0.35, 0.35), 3: (3.50, 3.50)}  # $/1M, the seed's
 
 
-def _cfg(name: str, default: Any) -> Any:
-    return current_app.config.get(name, default)
-
 
 def scope_tenant_id(scope: str) -> int | None:
     """The tenant a scope belongs to (None for "global"); ValidationError if malformed."""
@@ -98,11 +95,11 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
     and promote it (publishing to the gateway) only if it is not worse at equal cost.
     Returns None when there are not enough labels yet."""
     scope_tenant_id(scope)
-    min_labels = int(_cfg("ROUTER_MIN_LABELS", 200))
+    min_labels = int(current_app.config["ROUTER_MIN_LABELS"])
     target = float(quality_target if quality_target is not None
-                   else _cfg("ROUTER_QUALITY_TARGET", 0.99))
+                   else current_app.config["ROUTER_QUALITY_TARGET"])
     prices = prices or tier_prices()
-    train, test = ev.split(traces, float(_cfg("ROUTER_HELDOUT_FRACTION", 0.2)))
+    train, test = ev.split(traces, float(current_app.config["ROUTER_HELDOUT_FRACTION"]))
     ranks = list(range(1, N_TIERS))
     sets = ev.training_sets(train, ranks, N_TIERS)
     if any(r not in sets or len(sets[r][1]) < min_labels for r in ranks):
@@ -124,7 +121,7 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
             log.warning("router %s v%s cannot be evaluated: %s", scope, current.version, exc)
     comparison = ev.compare(report, current_report)
     judged = min(ev.known_labels(labels).values()) if len(X) else 0
-    if judged < int(_cfg("ROUTER_MIN_HELDOUT", 30)):
+    if judged < int(current_app.config["ROUTER_MIN_HELDOUT"]):
         comparison = {**comparison, "promote": False, "reject": False,
                       "reason": f"only {judged} held-out labels for the least-known tier"}
     version = (db.session.scalar(db.select(db.func.max(RouterModel.version))

@@ -36,7 +36,7 @@ def index():
     runs = list_runs(kind=kind, limit=100)
     pools = [(p, sum(r.state == "healthy" for r in p.replicas)) for p in list_pools()]
     return render_template("drills/index.html", runs=runs, kind=kind, pools=pools,
-                           gateway_url=current_app.config.get("GATEWAY_URL", ""),
+                           gateway_url=current_app.config["GATEWAY_URL"],
                            running=any(r.status == "running" for r in runs))
 
 

@@ -2,7 +2,7 @@
 actions (start/stop/drain/restart a replica or a whole pool, LoRA load/unload) that are
 checked, audited and handed to the pool's node through its Celery queue ``pool.<node>``.
 
-The node-side work (processes, health, metrics) is in ``app.pools.driver``.
+The node-side work (processes, health, metrics) is in ``workers.pools.driver``.
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ records a run (status ``running``); ``execute_replica_loss`` drives
 ``app.replica_routing.drill.run_replica_loss`` and finishes the run. The console queues
 ``drills.replica_loss`` on the pool's node queue, so that the replicas are stopped where
 their processes live. Replicas are taken away through the pool driver
-(``app.pools.driver.stop_replica``): the replica becomes ``stopped`` in SQL and in the
+(``workers.pools.driver.stop_replica``): the replica becomes ``stopped`` in SQL and in the
 gateway snapshot before its process ends, so the supervisor does not bring it back in the
 middle of the drill. Each stop writes an audit row naming the run. The tenant API key is
 never stored.
@@ -79,7 +79,7 @@ def _actor(run: DrillRun):
 def stop_for_drill(run: DrillRun, chosen: list[dict], wait_s: float = 30.0) -> None:
     """Stop ``chosen`` replicas through the pool driver (audited), then wait (bounded)
     until none answers /health."""
-    from app.pools.driver import stop_replica
+    from workers.pools.driver import stop_replica
     actor = _actor(run)
     for r in chosen:
         replica = db.session.get(Replica, r["id"])

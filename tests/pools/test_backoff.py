@@ -8,7 +8,7 @@ import pytest
 
 from app.catalog.models import Pool, Replica
 from app.extensions import db
-from app.pools import driver
+from workers.pools import driver
 from tests.gateway.conftest import wait_for
 from tests.pools.conftest import free_port_pair
 

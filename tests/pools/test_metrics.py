@@ -61,7 +61,7 @@ def test_scrape_prunes_old_time_series(app):
     from app.catalog.service import sync_replica_rows
     from app.extensions import db
     from app.models_base import utcnow
-    from app.pools.driver import scrape_node
+    from workers.pools.driver import scrape_node
     from tests.factories import PoolFactory
     pool = PoolFactory(node="prunenode")
     sync_replica_rows(pool)

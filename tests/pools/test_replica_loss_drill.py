@@ -40,7 +40,7 @@ def _started_pool(pool_worker, tiny_model_dir, n: int):
 
 
 def _stop_all(pool) -> None:
-    from app.pools.driver import stop_replica
+    from workers.pools.driver import stop_replica
     for replica in _replicas(pool.id):
         pid = replica.pid
         stop_replica(replica.id)

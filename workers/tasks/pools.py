@@ -23,25 +23,25 @@ def _fan_out(task: str) -> list[str]:
 
 @shared_task(name="pools.start_replica")
 def start_replica(replica_id: int) -> str:
-    from app.pools.driver import start_replica as run
+    from workers.pools.driver import start_replica as run
     return run(replica_id)
 
 
 @shared_task(name="pools.stop_replica")
 def stop_replica(replica_id: int) -> str:
-    from app.pools.driver import stop_replica as run
+    from workers.pools.driver import stop_replica as run
     return run(replica_id)
 
 
 @shared_task(name="pools.drain_replica")
 def drain_replica(replica_id: int) -> str:
-    from app.pools.driver import drain_replica as run
+    from workers.pools.driver import drain_replica as run
     return run(replica_id)
 
 
 @shared_task(name="pools.restart_replica")
 def restart_replica(replica_id: int) -> str:
-    from app.pools.driver import restart_replica as run
+    from workers.pools.driver import restart_replica as run
     return run(replica_id)
 
 
@@ -50,7 +50,7 @@ def supervise(node: str | None = None):
     """Restart dead replicas with backoff (marked ``down`` meanwhile); promote started ones."""
     if node is None:
         return _fan_out("pools.supervise")
-    from app.pools.driver import supervise_node
+    from workers.pools.driver import supervise_node
     return {str(k): v for k, v in supervise_node(node).items()}
 
 
@@ -58,7 +58,7 @@ def supervise(node: str | None = None):
 def scrape(node: str | None = None):
     if node is None:
         return _fan_out("pools.scrape")
-    from app.pools.driver import scrape_node
+    from workers.pools.driver import scrape_node
     return scrape_node(node)
 
 
@@ -73,11 +73,11 @@ def _keep_result(pool_id: int, action: str, results: dict) -> dict:
 @shared_task(name="pools.load_lora", ignore_result=False)
 def load_lora(pool_id: int, lora_name: str, lora_path: str) -> dict:
     """Per-replica ``{"ok", "status", "detail"}``; also kept for the pools page."""
-    from app.pools.driver import load_lora as run
+    from workers.pools.driver import load_lora as run
     return _keep_result(pool_id, f"load {lora_name}", run(pool_id, lora_name, lora_path))
 
 
 @shared_task(name="pools.unload_lora", ignore_result=False)
 def unload_lora(pool_id: int, lora_name: str) -> dict:
-    from app.pools.driver import unload_lora as run
+    from workers.pools.driver import unload_lora as run
     return _keep_result(pool_id, f"unload {lora_name}", run(pool_id, lora_name))

@@ -28,12 +28,9 @@ from workers.pools.vllm_cmd import build_command, replica_port
 log = logging.getLogger(__name__)
 
 
-def _cfg(name: str):
-    return current_app.config[name]
-
 
 def _var_dir() -> Path:
-    return Path(_cfg("POOLS_VAR_DIR") or launcher.ROOT / "var")
+    return Path(current_app.config["POOLS_VAR_DIR"] or launcher.ROOT / "var")
 
 
 def _paths(replica: Replica) -> launcher.ReplicaPaths:
@@ -88,12 +85,12 @@ def _spawn(replica: Replica) -> None:
     pool = replica.pool
     # Bind/advertise hosts: loopback for a single-node setup; a GPU node sets its address.
     argv, env = build_command(pool.to_dict(), replica.index,
-                              host=_cfg("POOLS_BIND_HOST"))
+                              host=current_app.config["POOLS_BIND_HOST"])
     paths = _paths(replica)
     port = replica_port(pool.to_dict(), replica.index)
     launcher.terminate(launcher.read_pid(paths), port=port)
     replica.pid = launcher.spawn(argv, env, paths)
-    replica.url = f"http://{_cfg('POOLS_ADVERTISE_HOST')}:{port}"
+    replica.url = f"http://{current_app.config['POOLS_ADVERTISE_HOST']}:{port}"
     _remember(replica.id, started_at=time.time())
 
 
@@ -122,7 +119,7 @@ def start_replica(replica_id: int, *, wait_s: float | None = None) -> str:
             return "down"
         _commit_and_publish()
         url, pid = replica.url, replica.pid
-    wait = float(_cfg("POOLS_START_WAIT_S") if wait_s is None else wait_s)
+    wait = float(current_app.config["POOLS_START_WAIT_S"] if wait_s is None else wait_s)
     ok, detail = health.wait_healthy(url, wait, alive=lambda: launcher.is_running(pid))
     db.session.expire_all()
     if ok:
@@ -157,7 +154,7 @@ def stop_replica(replica_id: int) -> str:
         replica.pid = None
         _commit_and_publish()
         launcher.terminate(pid or launcher.read_pid(paths), port=port,
-                           grace_s=float(_cfg("POOLS_STOP_GRACE_S")))
+                           grace_s=float(current_app.config["POOLS_STOP_GRACE_S"]))
         launcher.clear_pid(paths)
         return "stopped" if got else "stopped (unlocked)"
 
@@ -172,7 +169,7 @@ def drain_replica(replica_id: int, *, timeout_s: float | None = None) -> str:
         _set_state(replica, "drain")
         _commit_and_publish()
     url = replica.url
-    deadline = time.monotonic() + float(_cfg("POOLS_DRAIN_TIMEOUT_S")
+    deadline = time.monotonic() + float(current_app.config["POOLS_DRAIN_TIMEOUT_S"]
                                         if timeout_s is None else timeout_s)
     while time.monotonic() < deadline:
         try:
@@ -197,8 +194,8 @@ def _node_replicas(node: str, wanted: frozenset[str]) -> list[Replica]:
 
 
 def _backoff_s(failures: float) -> float:
-    base = float(_cfg("POOLS_BACKOFF_BASE_S"))
-    return min(float(_cfg("POOLS_BACKOFF_MAX_S")), base * (2 ** int(failures)))
+    base = float(current_app.config["POOLS_BACKOFF_BASE_S"])
+    return min(float(current_app.config["POOLS_BACKOFF_MAX_S"]), base * (2 ** int(failures)))
 
 
 def supervise_node(node: str) -> dict[int, str]:
@@ -255,14 +252,14 @@ def _supervise_one(replica: Replica) -> str:
         return "ok"
     if replica.state == "starting":
         if health.is_broken(detail) or now - mem.get("started_at", now) > float(
-                _cfg("POOLS_START_TIMEOUT_S")):
+                current_app.config["POOLS_START_TIMEOUT_S"]):
             launcher.terminate(replica.pid, port=port)
             _fail(replica, mem, f"not healthy in time: {detail}")
             return "down"
         return "starting"
     fails = mem.get("health_failures", 0) + 1
     _remember(replica.id, health_failures=fails)
-    if fails >= int(_cfg("POOLS_HEALTH_FAILURES")):
+    if fails >= int(current_app.config["POOLS_HEALTH_FAILURES"]):
         launcher.terminate(replica.pid, port=port)
         _fail(replica, mem, f"unhealthy: {detail}")
         return "down"
@@ -285,7 +282,7 @@ def scrape_node(node: str) -> int:
     """Scrape /metrics of this node's serving replicas into Redis (live, with a TTL) and
     one ReplicaMetric row each; returns how many were scraped."""
     r, k = _redis()
-    ttl = int(_cfg("POOLS_STATS_TTL_S"))
+    ttl = int(current_app.config["POOLS_STATS_TTL_S"])
     count = 0
     for replica in _node_replicas(node, frozenset({"healthy", "draining"})):
         try:
@@ -305,7 +302,7 @@ def scrape_node(node: str) -> int:
 def _prune_metrics() -> None:
     """Keep ``POOLS_METRICS_RETENTION_H`` hours of scrapes (the console shows the latest)."""
     from datetime import timedelta
-    cutoff = utcnow() - timedelta(hours=float(_cfg("POOLS_METRICS_RETENTION_H")))
+    cutoff = utcnow() - timedelta(hours=float(current_app.config["POOLS_METRICS_RETENTION_H"]))
     db.session.execute(db.delete(ReplicaMetric).where(ReplicaMetric.at < cutoff))
 
 
