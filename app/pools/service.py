@@ -11,7 +11,8 @@ from typing import Any
 from flask import current_app
 
 from app.audit.service import record
-from app.catalog.models import Pool, Replica, ReplicaMetric
+from app.catalog.models import Replica, ReplicaMetric
+from app.catalog.service import get_pool
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.pools import states
@@ -33,13 +34,6 @@ def get_replica(replica_id: int) -> Replica:
     if replica is None:
         raise NotFound("no such replica")
     return replica
-
-
-def get_pool(pool_id: int) -> Pool:
-    pool = db.session.get(Pool, pool_id)
-    if pool is None:
-        raise NotFound("no such pool")
-    return pool
 
 
 def _send(task: str, args: list, node: str) -> None:

@@ -21,28 +21,19 @@ def _fan_out(task: str) -> list[str]:
     return nodes
 
 
-@shared_task(name="pools.start_replica")
-def start_replica(replica_id: int) -> str:
-    from workers.pools.driver import start_replica as run
-    return run(replica_id)
+def _replica_task(action: str):
+    """``pools.<action>_replica``: one driver call on one replica (on its node's queue)."""
+    def run(replica_id: int) -> str:
+        from workers.pools import driver
+        return getattr(driver, f"{action}_replica")(replica_id)
+    run.__name__ = run.__qualname__ = f"{action}_replica"
+    return shared_task(name=f"pools.{action}_replica")(run)
 
 
-@shared_task(name="pools.stop_replica")
-def stop_replica(replica_id: int) -> str:
-    from workers.pools.driver import stop_replica as run
-    return run(replica_id)
-
-
-@shared_task(name="pools.drain_replica")
-def drain_replica(replica_id: int) -> str:
-    from workers.pools.driver import drain_replica as run
-    return run(replica_id)
-
-
-@shared_task(name="pools.restart_replica")
-def restart_replica(replica_id: int) -> str:
-    from workers.pools.driver import restart_replica as run
-    return run(replica_id)
+start_replica = _replica_task("start")
+stop_replica = _replica_task("stop")
+drain_replica = _replica_task("drain")
+restart_replica = _replica_task("restart")
 
 
 @shared_task(name="pools.supervise")
