@@ -66,21 +66,21 @@ def register_extensions(app: Flask) -> None:
 def register_blueprints(app: Flask) -> None:
     import importlib
 
-    from app.api.views import bp as api_bp
     from app.extensions import csrf
 
-    # Console areas; each module exposes ``bp``. Area JSON routes live under /api/v1/<area>
-    # on a second blueprint ``api_bp`` when the module has one.
-    for name in ("app.auth.views", "app.console.views", "app.pools.views",
-                 "app.drills.views", "app.finops.views", "app.cascade.views", "app.replica_routing.views",
-                 "app.cache.views"):
+    # One scheme for every area: ``app/<area>/views.py`` has the console pages on ``bp``
+    # and, when the area has a JSON admin API, its routes on ``api_bp``, mounted under
+    # /api/v1. ``app.console.views`` is the home page; ``app.api.views`` has the API's
+    # shared auth and parsing helpers, no routes.
+    for name in ("app.console.views", "app.auth.views", "app.tenants.views",
+                 "app.catalog.views", "app.policies.views", "app.workflows.views",
+                 "app.audit.views", "app.pools.views", "app.drills.views", "app.finops.views",
+                 "app.cascade.views", "app.replica_routing.views", "app.cache.views"):
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)
         if hasattr(module, "api_bp"):
             app.register_blueprint(module.api_bp, url_prefix="/api/v1")
-            csrf.exempt(module.api_bp)
-    app.register_blueprint(api_bp, url_prefix="/api/v1")
-    csrf.exempt(api_bp)  # bearer-token API: no cookies, so no CSRF surface
+            csrf.exempt(module.api_bp)  # bearer-token API: no cookies, so no CSRF surface
 
 
 def register_errorhandlers(app: Flask) -> None:

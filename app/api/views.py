@@ -1,4 +1,5 @@
-"""JSON admin API under /api/v1 (bearer tokens of console users).
+"""Shared by every area's JSON admin API (``api_bp`` in ``app/<area>/views.py``, under
+/api/v1): bearer-token auth and request parsing.
 
 A token acts as its user, with that user's role and tenant scope. Routes call the same
 service functions as the console; service errors become
@@ -8,12 +9,10 @@ from __future__ import annotations
 
 from functools import wraps
 
-from flask import Blueprint, g, jsonify, request
+from flask import g, jsonify, request
 
 from app.auth.service import user_for_token
 from app.errors import ServiceError
-
-bp = Blueprint("api", __name__)
 
 
 def api_auth(fn):
@@ -52,12 +51,3 @@ def int_arg(name: str, default: int, lo: int, hi: int) -> int:
         raise ServiceError(f"bad query parameter {name}",
                            {name: [f"must be a whole number from {lo} to {hi}"]})
     return value
-
-
-@bp.route("/me")
-@api_auth
-def me():
-    return jsonify(g.api_user.to_dict())
-
-
-from app.api import admin, catalog, tenants  # noqa: E402,F401

@@ -1,13 +1,21 @@
-"""Sign-in and sign-out."""
+"""Sign-in and sign-out, users (admins only) and each user's own admin API tokens:
+console pages (``bp``) and the admin API under ``/api/v1`` (``api_bp``)."""
 from __future__ import annotations
 
-from flask import Blueprint, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user, login_required, login_user, logout_user
 
+from app.api.views import api_auth, body
 from app.auth import service
 from app.auth.forms import LoginForm
+from app.auth.models import ROLES, User
+from app.console.helpers import checkbox, form_data, render_errors, require
+from app.errors import NotFound, ServiceError
+from app.extensions import db
+from app.tenants.service import visible_tenants
 
 bp = Blueprint("auth", __name__)
+api_bp = Blueprint("auth_api", __name__)
 
 
 def _safe_next(target: str | None) -> str:
@@ -40,3 +48,146 @@ def logout():
     logout_user()
     flash("Signed out.", "info")
     return redirect(url_for("auth.login"))
+
+
+def _context(user: User | None) -> dict:
+    return {"user": user, "roles": ROLES, "tenants": visible_tenants(current_user)}
+
+
+@bp.route("/users")
+@login_required
+def users():
+    require("user.manage")
+    return render_template("console/users.html", users=service.list_users(current_user))
+
+
+@bp.route("/users/new", methods=["GET", "POST"])
+@login_required
+def user_new():
+    require("user.manage")
+    values = {"email": "", "role": "viewer", "tenant_id": "", "active": True}
+    if request.method == "POST":
+        values = form_data("email", "role", "tenant_id", "password")
+        try:
+            user = service.create_user(current_user, values)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            values.pop("password")
+            return render_errors("console/user_form.html", exc, values=values, **_context(None))
+        flash(f"User {user.email} created.", "success")
+        return redirect(url_for("auth.users"))
+    return render_template("console/user_form.html", values=values, errors={}, **_context(None))
+
+
+@bp.route("/users/<int:user_id>/edit", methods=["GET", "POST"])
+@login_required
+def user_edit(user_id: int):
+    require("user.manage")
+    user = db.session.get(User, user_id)
+    if user is None:
+        raise NotFound("no such user")
+    values = {"email": user.email, "role": user.role, "tenant_id": user.tenant_id or "",
+              "active": user.active}
+    if request.method == "POST":
+        values = form_data("email", "role", "tenant_id", "password") | {
+            "active": checkbox("active")}
+        try:
+            service.update_user(current_user, user.id, values)
+        except ServiceError as exc:
+            if not exc.errors:
+                raise
+            values.pop("password")
+            return render_errors("console/user_form.html", exc, values=values, **_context(user))
+        flash(f"User {user.email} saved.", "success")
+        return redirect(url_for("auth.users"))
+    return render_template("console/user_form.html", values=values, errors={}, **_context(user))
+
+
+@bp.route("/tokens", methods=["GET", "POST"])
+@login_required
+def tokens():
+    plaintext = None
+    status = 200
+    if request.method == "POST":
+        _row, plaintext = service.create_admin_token(current_user, request.form.get("name", ""))
+        status = 201
+    return render_template("console/tokens.html", tokens=service.list_admin_tokens(current_user),
+                           plaintext=plaintext), status
+
+
+@bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])
+@login_required
+def token_revoke(token_id: int):
+    row = service.revoke_admin_token(current_user, token_id)
+    flash(f"Token {row.prefix}… revoked.", "success")
+    return redirect(url_for("auth.tokens"))
+
+
+# ------------------------------------------------------------------ admin API (/api/v1)
+
+@api_bp.route("/me")
+@api_auth
+def api_me():
+    return jsonify(g.api_user.to_dict())
+
+
+@api_bp.get("/users")
+@api_auth
+def api_users_list():
+    return jsonify(users=[u.to_dict() for u in service.list_users(g.api_user)])
+
+
+@api_bp.post("/users")
+@api_auth
+def api_user_create():
+    return jsonify(service.create_user(g.api_user, body()).to_dict()), 201
+
+
+def _user(user_id: int) -> User:
+    if not g.api_user.can("user.manage"):
+        abort(403)
+    user = db.session.get(User, user_id)
+    if user is None:
+        raise NotFound("no such user")
+    return user
+
+
+@api_bp.get("/users/<int:user_id>")
+@api_auth
+def api_user_get(user_id: int):
+    return jsonify(_user(user_id).to_dict())
+
+
+@api_bp.patch("/users/<int:user_id>")
+@api_auth
+def api_user_update(user_id: int):
+    data = body()
+    _user(user_id)
+    return jsonify(service.update_user(g.api_user, user_id, data).to_dict())
+
+
+def _token(row) -> dict:
+    return {"id": row.id, "name": row.name, "prefix": row.prefix,
+            "created_at": row.created_at.isoformat(),
+            "revoked_at": row.revoked_at.isoformat() if row.revoked_at else None}
+
+
+@api_bp.get("/tokens")
+@api_auth
+def api_tokens_list():
+    return jsonify(tokens=[_token(t) for t in service.list_admin_tokens(g.api_user)])
+
+
+@api_bp.post("/tokens")
+@api_auth
+def api_token_create():
+    data = request.get_json(silent=True) or {}
+    row, plaintext = service.create_admin_token(g.api_user, str(data.get("name") or ""))
+    return jsonify({**_token(row), "token": plaintext}), 201
+
+
+@api_bp.delete("/tokens/<int:token_id>")
+@api_auth
+def api_token_revoke(token_id: int):
+    return jsonify(_token(service.revoke_admin_token(g.api_user, token_id)))

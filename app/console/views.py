@@ -1,7 +1,7 @@
-"""Console pages (HTML). Thin: parse the form, call the service, render.
-
-Every area's pages hang off the one ``console`` blueprint; they live in the sibling
-modules imported at the bottom.
+"""The console's home page and its template filters. Console pages are thin: parse the
+form, call the service, render. Each area's pages are its own blueprint ``bp`` in
+``app/<area>/views.py`` (next to its JSON ``api_bp``); shared helpers are
+``app.console.helpers``, error pages ``app.console.errors``.
 """
 from __future__ import annotations
 
@@ -30,6 +30,3 @@ def home():
     return render_template("console/home.html", tiers=catalog.list_tiers(),
                            blended=catalog.blended_price,
                            tenants=visible_tenants(current_user))
-
-
-from app.console import audit, catalog as _catalog, policies, tenants, users  # noqa: E402,F401

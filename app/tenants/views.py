@@ -1,14 +1,18 @@
-"""Console pages: tenants and their gateway API keys."""
+"""Tenants and their gateway API keys: console pages (``bp``) and the admin API under
+``/api/v1`` (``api_bp``)."""
 from __future__ import annotations
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
+from app.api.views import api_auth, body
 from app.console.helpers import form_data, render_errors, require
-from app.console.views import bp
 from app.errors import ServiceError
 from app.tenants import service
 from app.tenants.models import TENANT_STATUSES
+
+bp = Blueprint("tenants", __name__)
+api_bp = Blueprint("tenants_api", __name__)
 
 TENANT_FIELDS = ("name", "department", "status")
 
@@ -36,7 +40,7 @@ def tenant_new():
             return render_errors("console/tenant_form.html", exc, values=values, tenant=None,
                                  statuses=TENANT_STATUSES)
         flash(f"Tenant {tenant.name} created.", "success")
-        return redirect(url_for("console.tenant_keys", tenant_id=tenant.id))
+        return redirect(url_for("tenants.tenant_keys", tenant_id=tenant.id))
     return render_template("console/tenant_form.html", values=values, tenant=None, errors={},
                            statuses=TENANT_STATUSES)
 
@@ -57,7 +61,7 @@ def tenant_edit(tenant_id: int):
             return render_errors("console/tenant_form.html", exc, values=values,
                                  tenant=tenant, statuses=TENANT_STATUSES)
         flash("Tenant saved.", "success")
-        return redirect(url_for("console.tenants"))
+        return redirect(url_for("tenants.tenants"))
     return render_template("console/tenant_form.html", values=values, tenant=tenant, errors={},
                            statuses=TENANT_STATUSES)
 
@@ -92,4 +96,58 @@ def key_revoke(key_id: int):
     require("key.manage", key.tenant_id)
     service.revoke_key(current_user, key.id)
     flash(f"Key {key.prefix}… revoked.", "success")
-    return redirect(url_for("console.tenant_keys", tenant_id=key.tenant_id))
+    return redirect(url_for("tenants.tenant_keys", tenant_id=key.tenant_id))
+
+
+# ------------------------------------------------------------------ admin API (/api/v1)
+
+@api_bp.get("/tenants")
+@api_auth
+def api_tenants_list():
+    return jsonify(tenants=[t.to_dict() for t in service.visible_tenants(g.api_user)])
+
+
+@api_bp.post("/tenants")
+@api_auth
+def api_tenant_create():
+    tenant = service.create_tenant(g.api_user, body())
+    return jsonify(tenant.to_dict()), 201
+
+
+@api_bp.get("/tenants/<int:tenant_id>")
+@api_auth
+def api_tenant_get(tenant_id: int):
+    return jsonify(service.get_tenant(g.api_user, tenant_id).to_dict())
+
+
+@api_bp.patch("/tenants/<int:tenant_id>")
+@api_auth
+def api_tenant_update(tenant_id: int):
+    return jsonify(service.update_tenant(g.api_user, tenant_id, body()).to_dict())
+
+
+@api_bp.get("/tenants/<int:tenant_id>/keys")
+@api_auth
+def api_keys_list(tenant_id: int):
+    tenant = service.get_tenant(g.api_user, tenant_id)
+    return jsonify(keys=[k.to_dict() for k in tenant.keys])
+
+
+@api_bp.post("/tenants/<int:tenant_id>/keys")
+@api_auth
+def api_key_create(tenant_id: int):
+    key, plaintext = service.create_key(g.api_user, tenant_id, body())
+    # The only response that ever carries the plaintext.
+    return jsonify({**key.to_dict(), "key": plaintext}), 201
+
+
+@api_bp.get("/keys/<int:key_id>")
+@api_auth
+def api_key_get(key_id: int):
+    return jsonify(service.get_key(g.api_user, key_id).to_dict())
+
+
+@api_bp.delete("/keys/<int:key_id>")
+@api_auth
+def api_key_revoke(key_id: int):
+    return jsonify(service.revoke_key(g.api_user, key_id).to_dict())

@@ -1,16 +1,20 @@
-"""Console pages: tiers (prices, upstream) and pools (engine options, desired replicas)."""
+"""Tiers (prices, upstream) and pools (engine options, desired replicas) of the catalog:
+console pages (``bp``) and the admin API under ``/api/v1`` (``api_bp``)."""
 from __future__ import annotations
 
 import json
 
-from flask import flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
+from app.api.views import api_auth, body
 from app.catalog import service
-from app.catalog.models import ENGINES, UPSTREAM_KINDS
+from app.catalog.models import ENGINES, UPSTREAM_KINDS, Tier
 from app.console.helpers import checkbox, form_data, render_errors, require
-from app.console.views import bp
 from app.errors import ServiceError
+
+bp = Blueprint("catalog", __name__)
+api_bp = Blueprint("catalog_api", __name__)
 
 TIER_FIELDS = ("name", "rank", "model", "price_input_per_m", "price_cached_input_per_m",
                "price_output_per_m", "upstream_kind", "pool_id", "endpoint_url", "api_key_env",
@@ -47,7 +51,7 @@ def _tier_form(tier_id: int | None):
                 raise
             return render_errors("console/tier_form.html", exc, values=values, **context)
         flash(f"Tier {tier.name} saved.", "success")
-        return redirect(url_for("console.tiers"))
+        return redirect(url_for("catalog.tiers"))
     return render_template("console/tier_form.html", values=values, errors={}, **context)
 
 
@@ -90,7 +94,7 @@ def _pool_form(pool_id: int | None):
                 raise
             return render_errors("console/pool_form.html", exc, values=values, **context)
         flash(f"Pool {pool.name} saved.", "success")
-        return redirect(url_for("console.pools"))
+        return redirect(url_for("catalog.pools"))
     return render_template("console/pool_form.html", values=values, errors={}, **context)
 
 
@@ -104,3 +108,62 @@ def pool_new():
 @login_required
 def pool_edit(pool_id: int):
     return _pool_form(pool_id)
+
+
+# ------------------------------------------------------------------ admin API (/api/v1)
+
+def _tier(tier: Tier) -> dict:
+    return {**tier.to_dict(), "price_blended_per_m": str(service.blended_price(tier))}
+
+
+@api_bp.get("/tiers")
+@api_auth
+def api_tiers_list():
+    return jsonify(tiers=[_tier(t) for t in service.list_tiers()])
+
+
+@api_bp.post("/tiers")
+@api_auth
+def api_tier_create():
+    return jsonify(_tier(service.save_tier(g.api_user, body()))), 201
+
+
+@api_bp.get("/tiers/<int:tier_id>")
+@api_auth
+def api_tier_get(tier_id: int):
+    return jsonify(_tier(service.get_tier(tier_id)))
+
+
+@api_bp.patch("/tiers/<int:tier_id>")
+@api_auth
+def api_tier_update(tier_id: int):
+    data = body()
+    service.get_tier(tier_id)  # 404 before validation
+    return jsonify(_tier(service.save_tier(g.api_user, data, tier_id)))
+
+
+@api_bp.get("/pools")
+@api_auth
+def api_pools_list():
+    return jsonify(pools=[p.to_dict() for p in service.list_pools()])
+
+
+@api_bp.post("/pools")
+@api_auth
+def api_pool_create():
+    return jsonify(service.save_pool(g.api_user, body()).to_dict()), 201
+
+
+@api_bp.get("/pools/<int:pool_id>")
+@api_auth
+def api_pool_get(pool_id: int):
+    pool = service.get_pool(pool_id)
+    return jsonify({**pool.to_dict(), "replicas": [r.to_dict() for r in pool.replicas]})
+
+
+@api_bp.patch("/pools/<int:pool_id>")
+@api_auth
+def api_pool_update(pool_id: int):
+    data = body()
+    service.get_pool(pool_id)
+    return jsonify(service.save_pool(g.api_user, data, pool_id).to_dict())

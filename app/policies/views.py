@@ -1,4 +1,5 @@
-"""Console pages: the global policy and each tenant's overrides.
+"""The global policy and each tenant's overrides: console pages (``bp``) and the admin API
+under ``/api/v1`` (``api_bp``).
 
 An empty input means "not set here": the global form then uses the built-in default,
 a tenant's form inherits the global value.
@@ -7,15 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, flash, redirect, render_template, request, url_for
+from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
+from app.api.views import api_auth, body
 from app.console.helpers import render_errors
-from app.console.views import bp
-from app.errors import ServiceError
 from app.contract import policy as schema
+from app.errors import ServiceError
 from app.policies import service
 from app.tenants.service import get_tenant, visible_tenants
+
+bp = Blueprint("policies", __name__)
+api_bp = Blueprint("policies_api", __name__)
 
 
 def _display(value: Any) -> str:
@@ -68,7 +72,7 @@ def policy_global():
         response = _save(None, "console/policy.html", context)
         if response is not None:
             return response
-        return redirect(url_for("console.policy_global"))
+        return redirect(url_for("policies.policy_global"))
     context["rows"] = _rows(service.global_values(), inherited, None)
     return render_template("console/policy.html", **context)
 
@@ -88,6 +92,43 @@ def policy_tenant(tenant_id: int):
         response = _save(tenant.id, "console/policy.html", context)
         if response is not None:
             return response
-        return redirect(url_for("console.policy_tenant", tenant_id=tenant.id))
+        return redirect(url_for("policies.policy_tenant", tenant_id=tenant.id))
     context["rows"] = _rows(service.tenant_values(tenant.id), inherited, None)
     return render_template("console/policy.html", **context)
+
+
+# ------------------------------------------------------------------ admin API (/api/v1)
+
+def _policy(tenant_id: int | None) -> dict:
+    own = service.tenant_values(tenant_id) if tenant_id else service.global_values()
+    return {"tenant_id": tenant_id, "values": own,
+            "effective": service.effective_policy(tenant_id)}
+
+
+@api_bp.get("/policies/global")
+@api_auth
+def api_policy_global_get():
+    return jsonify(_policy(None))
+
+
+@api_bp.route("/policies/global", methods=["PATCH", "PUT"])
+@api_auth
+def api_policy_global_update():
+    """PATCH merges the given fields; PUT replaces the whole set."""
+    service.update_policy(g.api_user, None, body(), replace=request.method == "PUT")
+    return jsonify(_policy(None))
+
+
+@api_bp.get("/tenants/<int:tenant_id>/policy")
+@api_auth
+def api_policy_tenant_get(tenant_id: int):
+    get_tenant(g.api_user, tenant_id)
+    return jsonify(_policy(tenant_id))
+
+
+@api_bp.route("/tenants/<int:tenant_id>/policy", methods=["PATCH", "PUT"])
+@api_auth
+def api_policy_tenant_update(tenant_id: int):
+    """PATCH merges (null or "" clears a field back to inherited); PUT replaces."""
+    service.update_policy(g.api_user, tenant_id, body(), replace=request.method == "PUT")
+    return jsonify(_policy(tenant_id))
