@@ -6,6 +6,8 @@ from __future__ import annotations
 from celery import Celery, Task
 from flask import Flask
 
+from app.contract.keys import Keys
+
 
 def celery_init_app(app: Flask) -> Celery:
     class FlaskTask(Task):
@@ -13,7 +15,7 @@ def celery_init_app(app: Flask) -> Celery:
             with app.app_context():
                 return self.run(*args, **kwargs)
 
-    ns = app.config["REDIS_NAMESPACE"]
+    prefix = Keys(app.config["REDIS_NAMESPACE"]).celery_prefix()
     settings = {
         "broker_url": app.config["REDIS_URL"],
         "result_backend": app.config["REDIS_URL"],
@@ -23,8 +25,8 @@ def celery_init_app(app: Flask) -> Celery:
         "worker_prefetch_multiplier": 1,
         "broker_connection_retry_on_startup": True,
         # Keys and queues under our namespace, so parallel deployments/tests don't mix.
-        "broker_transport_options": {"global_keyprefix": f"{ns}:celery:"},
-        "result_backend_transport_options": {"global_keyprefix": f"{ns}:celery:"},
+        "broker_transport_options": {"global_keyprefix": prefix},
+        "result_backend_transport_options": {"global_keyprefix": prefix},
         "task_default_queue": "default",
         "beat_schedule": {
             "snapshot-publish": {"task": "snapshot.publish", "schedule": 60.0},

@@ -121,6 +121,10 @@ class Keys:
     def lint_samples(self, workflow: str) -> str:
         return self.k("lint", workflow, "samples")
 
+    def celery_prefix(self) -> str:
+        """Celery's broker and result keys (``global_keyprefix``)."""
+        return self.k("celery", "")
+
     # --- control-plane bookkeeping ---------------------------------------------------
     def rollup_watermark(self) -> str:
         return self.k("finops", "rollup", "watermark")

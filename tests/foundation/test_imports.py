@@ -111,3 +111,14 @@ def test_importing_the_data_plane_loads_no_flask_or_sqlalchemy(module):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"{module} loaded {out.stdout.strip()}"
+
+
+def test_redis_keys_are_spelt_only_in_the_keyspace():
+    """Every Redis key both planes touch is a named method of app.contract.keys.Keys: no
+    module builds one by hand (``.k(...)`` or an f-string on the namespace)."""
+    import re
+    pattern = re.compile(r"\.k\(|f[\"']\{(ns|namespace|self\.ns|self\.namespace|_ns\(\))\}:")
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in _files("app/**/*.py", "workers/**/*.py")
+           if p != ROOT / "app/contract/keys.py"
+           for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert not bad, "build keys with app.contract.keys.Keys: " + ", ".join(bad)
