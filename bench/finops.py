@@ -101,13 +101,13 @@ def generate_chunk(rng, start: int, n: int, tiers, wfs, month_start: datetime, s
     tier_i = (rng.random(n)[:, None] > np.cumsum(mix, axis=1)).sum(axis=1).clip(0, 2)
     hit = np.array([COHORTS[c].prefix_hit for c in cats])[cat_i]
     cached = np.minimum((prompt * np.clip(rng.normal(hit, 0.05), 0, 1)).astype(int), prompt)
-    change_s = (tiers[-1].schedule[1].effective_from - month_start).total_seconds()
+    keys = ("price_input_per_m", "price_cached_input_per_m", "price_output_per_m")
+    new = tiers[-1].prices["price_schedule"][0]
+    change_s = (new["effective_from"] - month_start).total_seconds()
     after = secs >= change_s
-    price = np.array([[float(p.input_per_m), float(p.cached_input_per_m), float(p.output_per_m)]
-                      for p in (t.schedule[0] for t in tiers)])
+    price = np.array([[float(t.prices[k]) for k in keys] for t in tiers])
     p = price[tier_i].copy()
-    new = tiers[-1].schedule[1]
-    new_p = np.array([float(new.input_per_m), float(new.cached_input_per_m), float(new.output_per_m)])
+    new_p = np.array([float(new[k]) for k in keys])
     p[(tier_i == 2) & after] = new_p
     cost = ((prompt - cached) * p[:, 0] + cached * p[:, 1] + comp * p[:, 2]) / 1e6
     fp = np.where(after[:, None], new_p[None, :], price[2][None, :])

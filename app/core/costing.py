@@ -1,5 +1,7 @@
-"""The FinOps cost model on plain data: prices with effective dates, the frontier
-baseline, GPU-hour allocation, and the rounding rules.
+"""The FinOps money rules on plain data: GPU-hour rates and their allocation, cache-hit
+savings, and the rounding rules. Token prices (effective-dated schedules, request cost,
+the frontier baseline) live in ``app.core.pricing``, the one price model the gateway, the
+simulator and the reports share.
 
 Rounding rules (one place, so every report agrees):
 
@@ -18,27 +20,10 @@ from datetime import datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_UP, Decimal
 from typing import Any, Hashable, Mapping, Sequence, TypeVar
 
-from app.core.pricing import request_cost as _token_cost
-
 LEDGER_QUANTUM = Decimal("1e-10")
 CENT = Decimal("0.01")
 MICRO = Decimal(1_000_000)
 K = TypeVar("K", bound=Hashable)
-
-
-@dataclass(frozen=True)
-class Price:
-    """USD per 1M tokens, in force from ``effective_from`` (None: since the beginning)."""
-
-    input_per_m: Decimal
-    cached_input_per_m: Decimal
-    output_per_m: Decimal
-    effective_from: datetime | None = None
-
-    def as_mapping(self) -> dict[str, Decimal]:
-        return {"price_input_per_m": self.input_per_m,
-                "price_cached_input_per_m": self.cached_input_per_m,
-                "price_output_per_m": self.output_per_m}
 
 
 def _dec(value: Any) -> Decimal:
@@ -47,51 +32,9 @@ def _dec(value: Any) -> Decimal:
     return Decimal(str(value or 0))
 
 
-def price_schedule(tier: Mapping[str, Any], changes: Sequence[Mapping[str, Any]] = ()
-                   ) -> list[Price]:
-    """The tier's own prices (before any change) followed by its TierPrice rows by date."""
-    base = Price(_dec(tier.get("price_input_per_m")), _dec(tier.get("price_cached_input_per_m")),
-                 _dec(tier.get("price_output_per_m")), None)
-    rows = sorted(changes, key=lambda c: c["effective_from"])
-    return [base] + [Price(_dec(c["price_input_per_m"]), _dec(c["price_cached_input_per_m"]),
-                           _dec(c["price_output_per_m"]), c["effective_from"]) for c in rows]
-
-
-def price_at(schedule: Sequence[Price], at: datetime) -> Price:
-    """The price in force at ``at``: the last change with ``effective_from <= at``."""
-    current = schedule[0]
-    for price in schedule[1:]:
-        if price.effective_from is not None and price.effective_from <= at:
-            current = price
-        else:
-            break
-    return current
-
-
 def to_ledger(amount: Decimal) -> Decimal:
+    """Half-up to the ledger's 10 decimals (``ledger_entries.cost_usd``)."""
     return amount.quantize(LEDGER_QUANTUM, rounding=ROUND_HALF_UP)
-
-
-def request_cost(price: Price, prompt_tokens: int, cached_tokens: int,
-                 completion_tokens: int) -> Decimal:
-    """(uncached_in x in + cached x cached_in + out x out) / 1e6, at ledger precision."""
-    return to_ledger(_token_cost(price.as_mapping(), prompt_tokens, cached_tokens,
-                                 completion_tokens))
-
-
-def baseline_cost(frontier: Sequence[Price], at: datetime, prompt_tokens: int,
-                  completion_tokens: int) -> Decimal:
-    """The frontier (top-rank) tier's price at ``at`` for the same tokens, with no engine
-    prefix reuse and no cache: what savings are measured against."""
-    if not frontier:
-        return Decimal(0)
-    return request_cost(price_at(frontier, at), prompt_tokens, 0, completion_tokens)
-
-
-def frontier_schedule(schedules_by_rank: Mapping[int, Sequence[Price]]) -> list[Price]:
-    if not schedules_by_rank:
-        return []
-    return list(schedules_by_rank[max(schedules_by_rank)])
 
 
 def cents(amount: Decimal) -> Decimal:

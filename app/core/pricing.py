@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 MILLION = Decimal(1_000_000)
 _PRICE_KEYS = ("price_input_per_m", "price_cached_input_per_m", "price_output_per_m")
@@ -27,6 +27,19 @@ def _epoch(at: datetime | float | None) -> float:
     if at is None:
         return time.time()
     return at.timestamp() if isinstance(at, datetime) else float(at)
+
+
+def tier_with_schedule(tier: Mapping[str, Any], changes: Iterable[Mapping[str, Any]] = ()
+                       ) -> dict[str, Any]:
+    """``tier`` (any other keys kept) with its own prices as Decimals and a
+    ``price_schedule`` built from ``changes``: TierPrice-shaped rows with an
+    ``effective_from`` datetime, sorted by it. Each entry keeps its ``effective_from``
+    next to the ``from_ts`` the lookups use."""
+    rows = sorted(changes, key=lambda c: c["effective_from"])
+    return {**tier, **{k: _price(tier, k) for k in _PRICE_KEYS},
+            "price_schedule": [{"from_ts": c["effective_from"].timestamp(),
+                                "effective_from": c["effective_from"],
+                                **{k: _price(c, k) for k in _PRICE_KEYS}} for c in rows]}
 
 
 def prices_at(tier: Mapping[str, Any], at: datetime | float | None = None) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from app.audit.service import record
 from app.catalog.models import Pool, Tier
-from app.core import costing
+from app.core import costing, pricing
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.finops.models import GpuRate, TierPrice
@@ -134,13 +134,14 @@ def snapshot_schedules() -> dict[int, list[dict[str, Any]]]:
             for tier_id, rows in _changes_by_tier().items()}
 
 
-def price_schedules() -> dict[str, tuple[int, list[costing.Price]]]:
-    """tier name -> (rank, price schedule) for the cost model."""
+def price_schedules() -> dict[str, dict[str, Any]]:
+    """tier name -> its ``app.core.pricing`` tier (name, rank, own prices and
+    ``price_schedule``), what ``pricing.tier_cost`` / ``baseline_cost`` price with."""
     changes = _changes_by_tier()
-    return {t.name: (t.rank, costing.price_schedule(
-        {f: getattr(t, f) for f in _PRICE_FIELDS},
+    return {t.name: pricing.tier_with_schedule(
+        {"name": t.name, "rank": t.rank, **{f: getattr(t, f) for f in _PRICE_FIELDS}},
         [{"effective_from": p.effective_from, **{f: getattr(p, f) for f in _PRICE_FIELDS}}
-         for p in changes.get(t.id, [])]))
+         for p in changes.get(t.id, [])])
         for t in db.session.scalars(sa.select(Tier))}
 
 

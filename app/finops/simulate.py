@@ -6,9 +6,9 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple
 
-from app.core import costing
+from app.core import costing, pricing
 from app.finops.rollups import month_range
 
 
@@ -39,7 +39,7 @@ COHORTS: dict[str, Cohort] = {
 class SimTier:
     name: str
     model: str
-    schedule: Sequence[costing.Price]
+    prices: Mapping[str, Any]  # app.core.pricing tier: own prices and its price_schedule
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,17 @@ Pricer = Callable[[Optional[SimTier], datetime, int, int, int, int], Tuple[Decim
 
 
 def schedule_pricer(tiers: Sequence[SimTier]) -> Pricer:
-    """Prices from the SimTiers' own schedules (the cost model on plain data)."""
-    frontier = tiers[-1].schedule
+    """Books with the gateway's ``pricing.book_cost`` over the SimTiers' own prices
+    (rank = position), rounded to ledger precision (a cache hit's cost stays 0)."""
+    ranked = {t.name: {**t.prices, "rank": rank} for rank, t in enumerate(tiers, start=1)}
+    all_tiers = list(ranked.values())
 
     def price(tier, at, prompt, cached, completion, raw):
-        cost = Decimal(0) if tier is None else costing.request_cost(
-            costing.price_at(tier.schedule, at), prompt, cached, completion)
-        return cost, costing.baseline_cost(frontier, at, prompt, raw)
+        served = None if tier is None else ranked[tier.name]
+        cost, baseline = pricing.book_cost(all_tiers, served, at, prompt, cached,
+                                           completion, raw)
+        return (cost if served is None else costing.to_ledger(cost)), \
+            costing.to_ledger(baseline)
     return price
 
 
@@ -128,10 +132,11 @@ def default_tiers(price_change_at: datetime | None = None) -> list[SimTier]:
     """Three tiers priced like the seed's (distilled 8B, 70B, frontier); the frontier's
     price drops at ``price_change_at`` when given."""
     def sched(i, c, o, change=None):
-        base = costing.Price(Decimal(i), Decimal(c), Decimal(o))
-        return [base] + ([change] if change else [])
-    change = None if price_change_at is None else costing.Price(
-        Decimal("4.00"), Decimal("2.00"), Decimal("12.00"), price_change_at)
+        own = {"price_input_per_m": i, "price_cached_input_per_m": c, "price_output_per_m": o}
+        return pricing.tier_with_schedule(own, [change] if change else [])
+    change = None if price_change_at is None else {
+        "effective_from": price_change_at, "price_input_per_m": Decimal("4.00"),
+        "price_cached_input_per_m": Decimal("2.00"), "price_output_per_m": Decimal("12.00")}
     return [SimTier("tier-1", "qwen2.5-7b-fp8", sched("1.00", "0.50", "3.00")),
             SimTier("tier-2", "llama-3.3-70b", sched("3.00", "1.50", "9.00")),
             SimTier("tier-3", "frontier", sched("5.00", "2.50", "15.00", change))]
@@ -148,16 +153,12 @@ def add_catalog(tiers: Sequence[SimTier]) -> None:
     from app.catalog.models import Tier
     from app.extensions import db
     from app.finops.models import TierPrice
+    keys = ("price_input_per_m", "price_cached_input_per_m", "price_output_per_m")
     for rank, t in enumerate(tiers, start=1):
-        base = t.schedule[0]
         row = Tier(name=t.name, rank=rank, model=t.model, upstream_kind="external",
-                   price_input_per_m=base.input_per_m,
-                   price_cached_input_per_m=base.cached_input_per_m,
-                   price_output_per_m=base.output_per_m)
+                   **{k: t.prices[k] for k in keys})
         db.session.add(row)
         db.session.flush()
-        for p in t.schedule[1:]:
-            db.session.add(TierPrice(tier_id=row.id, effective_from=p.effective_from,
-                                     price_input_per_m=p.input_per_m,
-                                     price_cached_input_per_m=p.cached_input_per_m,
-                                     price_output_per_m=p.output_per_m))
+        for p in t.prices["price_schedule"]:
+            db.session.add(TierPrice(tier_id=row.id, effective_from=p["effective_from"],
+                                     **{k: p[k] for k in keys}))

@@ -1,10 +1,11 @@
-"""The cost model on plain data."""
+"""The cost model on plain data: token prices (app.core.pricing) and the money rules
+(app.core.costing)."""
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from hypothesis import given, strategies as st
 
-from app.core import costing
+from app.core import costing, pricing
 
 T0 = datetime(2026, 10, 15, 12, tzinfo=timezone.utc)
 OLD = {"price_input_per_m": "2.50", "price_cached_input_per_m": "1.25", "price_output_per_m": "10"}
@@ -13,23 +14,27 @@ NEW = {"effective_from": T0, "price_input_per_m": Decimal("2"),
 
 
 def test_tier_price_applies_before_the_first_change_and_the_change_from_its_date_on():
-    sched = costing.price_schedule(OLD, [NEW])
-    assert costing.price_at(sched, T0 - timedelta(microseconds=1)).output_per_m == Decimal("10")
-    assert costing.price_at(sched, T0).output_per_m == Decimal("8")
-    assert costing.price_at(sched, T0 + timedelta(days=3)).input_per_m == Decimal("2")
+    tier = pricing.tier_with_schedule(OLD, [NEW])
+    assert pricing.prices_at(tier, T0 - timedelta(microseconds=1))["price_output_per_m"] == \
+        Decimal("10")
+    assert pricing.prices_at(tier, T0)["price_output_per_m"] == Decimal("8")
+    assert pricing.prices_at(tier, T0 + timedelta(days=3))["price_input_per_m"] == Decimal("2")
 
 
 def test_request_cost_splits_cached_input_and_keeps_ten_decimals():
-    price = costing.price_schedule(OLD)[0]
+    prices = pricing.tier_with_schedule(OLD)
     # 1000 uncached x 2.50 + 3000 cached x 1.25 + 250 out x 10, per 1M
-    assert costing.request_cost(price, 4000, 3000, 250) == Decimal("0.0087500000")
-    assert costing.request_cost(price, 1, 0, 0) == Decimal("0.0000025000")
+    assert costing.to_ledger(pricing.request_cost(prices, 4000, 3000, 250)) == \
+        Decimal("0.0087500000")
+    assert costing.to_ledger(pricing.request_cost(prices, 1, 0, 0)) == Decimal("0.0000025000")
 
 
 def test_baseline_is_the_frontier_price_at_that_time_without_prefix_reuse():
-    frontier = costing.price_schedule(OLD, [NEW])
-    before = costing.baseline_cost(frontier, T0 - timedelta(hours=1), 4000, 250)
-    after = costing.baseline_cost(frontier, T0 + timedelta(hours=1), 4000, 250)
+    frontier = pricing.tier_with_schedule({**OLD, "rank": 3}, [NEW])
+    before = costing.to_ledger(pricing.baseline_cost([frontier], 4000, 250,
+                                                     T0 - timedelta(hours=1)))
+    after = costing.to_ledger(pricing.baseline_cost([frontier], 4000, 250,
+                                                    T0 + timedelta(hours=1)))
     assert before == Decimal("0.0125000000")  # 4000 x 2.5 + 250 x 10
     assert after == Decimal("0.0100000000")   # 4000 x 2 + 250 x 8
 
