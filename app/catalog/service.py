@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Callable
 
 from app.audit.service import record
 from app.contract.secrets import PROVIDER_KEY_PREFIX, is_provider_key_name
@@ -64,14 +64,24 @@ def _price(errors: dict, field: str, raw: Any) -> Decimal | None:
     return val
 
 
+def _reader(data: dict, current: Any) -> Callable[..., Any]:
+    """A field's value: as submitted, else the current row's, else the default given."""
+    return lambda k, d=None: data.get(k, getattr(current, k) if current else d)
+
+
+def _slug(errors: dict, clean: dict, get: Callable[..., Any], field: str,
+          default: str = "") -> None:
+    value = str(get(field, default) or "").strip()
+    if not _NAME.match(value):
+        errors[field] = ["use 1-64 lower-case letters, digits, '.', '_' or '-'"]
+    clean[field] = value
+
+
 def _clean_tier(data: dict, current: Tier | None) -> dict:
     errors: dict[str, list[str]] = {}
     clean: dict[str, Any] = {}
-    get = (lambda k, d=None: data.get(k, getattr(current, k) if current else d))
-    name = str(get("name", "") or "").strip()
-    if not _NAME.match(name):
-        errors["name"] = ["use 1-64 lower-case letters, digits, '.', '_' or '-'"]
-    clean["name"] = name
+    get = _reader(data, current)
+    _slug(errors, clean, get, "name")
     try:
         rank = int(get("rank", 0))
         if not 1 <= rank <= 100:
@@ -159,15 +169,9 @@ def save_tier(user, data: dict, tier_id: int | None = None) -> Tier:
 def _clean_pool(data: dict, current: Pool | None) -> dict:
     errors: dict[str, list[str]] = {}
     clean: dict[str, Any] = {}
-    get = (lambda k, d=None: data.get(k, getattr(current, k) if current else d))
-    name = str(get("name", "") or "").strip()
-    if not _NAME.match(name):
-        errors["name"] = ["use 1-64 lower-case letters, digits, '.', '_' or '-'"]
-    clean["name"] = name
-    node = str(get("node", "local") or "").strip()
-    if not _NAME.match(node):
-        errors["node"] = ["use 1-64 lower-case letters, digits, '.', '_' or '-'"]
-    clean["node"] = node
+    get = _reader(data, current)
+    _slug(errors, clean, get, "name")
+    _slug(errors, clean, get, "node", "local")
     engine = get("engine", "reference")
     if engine not in ENGINES:
         errors["engine"] = [f"must be one of {', '.join(ENGINES)}"]

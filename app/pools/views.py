@@ -1,10 +1,10 @@
 """Pools page (live state, charts, operator buttons) and the matching admin API."""
 from __future__ import annotations
 
-import functools
 import json
+from typing import Any, Callable
 
-from flask import Blueprint, Response, flash, g, jsonify, redirect, render_template, request, url_for
+from flask import Blueprint, flash, g, jsonify, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
@@ -57,8 +57,17 @@ def index():
                            **_page_data())
 
 
-def _after(message: str):
-    flash(message, "success")
+def _queue(request_it: Callable[[], Any], message: Callable[[Any], str]):
+    """Ask the service to queue pool work, then back to the pools page with what was
+    queued, or why not (a 403 is raised as one)."""
+    try:
+        done = request_it()
+    except ServiceError as exc:
+        if exc.status == 403:
+            raise
+        flash(exc.message, "error")
+    else:
+        flash(message(done), "success")
     return redirect(url_for("pools.index"))
 
 
@@ -66,28 +75,16 @@ def _after(message: str):
 @login_required
 def pool_action(pool_id: int):
     action = request.form.get("action", "")
-    try:
-        chosen = service.request_pool_action(current_user, pool_id, action)
-    except ServiceError as exc:
-        if exc.status == 403:
-            raise
-        flash(exc.message, "error")
-        return redirect(url_for("pools.index"))
-    return _after(f"{action} queued for {len(chosen)} replica(s)")
+    return _queue(lambda: service.request_pool_action(current_user, pool_id, action),
+                  lambda chosen: f"{action} queued for {len(chosen)} replica(s)")
 
 
 @bp.route("/pools/replicas/<int:replica_id>/action", methods=["POST"])
 @login_required
 def replica_action(replica_id: int):
     action = request.form.get("action", "")
-    try:
-        replica = service.request_replica_action(current_user, replica_id, action)
-    except ServiceError as exc:
-        if exc.status == 403:
-            raise
-        flash(exc.message, "error")
-        return redirect(url_for("pools.index"))
-    return _after(f"{action} queued for {replica.name}")
+    return _queue(lambda: service.request_replica_action(current_user, replica_id, action),
+                  lambda replica: f"{action} queued for {replica.name}")
 
 
 @bp.route("/pools/<int:pool_id>/lora", methods=["POST"])
@@ -95,14 +92,9 @@ def replica_action(replica_id: int):
 def pool_lora(pool_id: int):
     action = "unload" if request.form.get("action") == "unload" else "load"
     name = request.form.get("lora_name", "")
-    try:
-        service.request_lora(current_user, pool_id, action, name, request.form.get("lora_path", ""))
-    except ServiceError as exc:
-        if exc.status == 403:
-            raise
-        flash(exc.message, "error")
-        return redirect(url_for("pools.index"))
-    return _after(f"adapter {name}: {action} queued on every replica")
+    path = request.form.get("lora_path", "")
+    return _queue(lambda: service.request_lora(current_user, pool_id, action, name, path),
+                  lambda _: f"adapter {name}: {action} queued on every replica")
 
 
 # -- admin API -------------------------------------------------------------------------------
