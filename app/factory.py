@@ -24,6 +24,7 @@ def create_app(test_config: Mapping[str, Any] | None = None, *, env: str | None 
 
 def _import_models() -> None:
     # Every model module, so metadata (Alembic autogenerate, create_all) sees all tables.
+    from app.adapters import models as _ad  # noqa: F401
     from app.audit import models as _a  # noqa: F401
     from app.auth import models as _u  # noqa: F401
     from app.catalog import models as _c  # noqa: F401

@@ -15,11 +15,13 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "admin": frozenset({"tenant.manage", "key.manage", "catalog.manage", "pool.operate",
                         "policy.manage", "user.manage", "budget.manage", "adapter.approve",
                         "cache.invalidate", "drill.run", "workflow.manage", "audit.read",
-                        "secret.manage", "engine.configure"}),
+                        "secret.manage", "engine.configure", "adapter.train",
+                        "adapter.rollback"}),
     "ops": frozenset({"tenant.manage", "key.manage", "catalog.manage", "pool.operate",
-                      "policy.manage", "cache.invalidate", "drill.run", "workflow.manage"}),
+                      "policy.manage", "cache.invalidate", "drill.run", "workflow.manage",
+                      "adapter.train", "adapter.rollback"}),
     "finops": frozenset({"budget.manage"}),
-    "approver": frozenset({"adapter.approve"}),
+    "approver": frozenset({"adapter.approve", "adapter.rollback"}),
     "viewer": frozenset(),
 }
 

@@ -1,9 +1,7 @@
 """Console pages and admin API of the cascade router: versions, calibration, cost-quality, τ."""
 from __future__ import annotations
 
-from functools import lru_cache
-
-from flask import (Blueprint, Response, abort, flash, g, jsonify, redirect, render_template,
+from flask import (Blueprint, abort, flash, g, jsonify, redirect, render_template,
                    request, url_for)
 from flask_login import current_user, login_required
 

@@ -1,7 +1,7 @@
 """The gateway side of router publishing: which scopes' active routers it holds, compiled.
 
 The control plane writes ``<ns>:router:<scope>:active`` (JSON: scope, version, model_id,
-params) and bumps ``<ns>:router:version`` (app.router.service.publish_active). A gateway
+params) and bumps ``<ns>:router:version`` (app.cascade.service.publish_active). A gateway
 keeps one ``PublishedRouters``, calls ``refresh(redis, ns)`` on its snapshot poll (one GET
 when nothing changed), and at S01 asks ``get(tenant_id, workflow)``: the workflow's
 router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2).

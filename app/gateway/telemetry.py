@@ -145,7 +145,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
             "baseline_frontier_equivalent_cost_usd": f"{baseline:f}",
         },
         "attempts": ctx.attempts,
-        # a router training trace (app.router.traces): S01's input and the tier served
+        # a router training trace (app.cascade.traces): S01's input and the tier served
         "router_features": ([round(float(v), 5) for v in ctx.router_features]
                             if ctx.router_features is not None else None),
         "tier_rank": tier.get("rank") if served else None,

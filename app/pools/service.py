@@ -36,7 +36,8 @@ def get_replica(replica_id: int) -> Replica:
     return replica
 
 
-def _send(task: str, args: list, node: str) -> None:
+def send_to_node(task: str, args: list, node: str) -> None:
+    """Queue ``task`` on the Celery queue of the node that runs the pool's engines."""
     current_app.extensions["celery"].send_task(task, args=args, queue=node_queue(node))
 
 
@@ -51,7 +52,7 @@ def request_replica_action(user, replica_id: int, action: str) -> Replica:
                               {"action": [f"replica is {replica.state}"]})
     record(user, f"replica.{action}", "replica", replica.id, after={"state": replica.state})
     db.session.commit()
-    _send(f"pools.{action}_replica", [replica.id], replica.pool.node)
+    send_to_node(f"pools.{action}_replica", [replica.id], replica.pool.node)
     return replica
 
 
@@ -70,7 +71,7 @@ def request_pool_action(user, pool_id: int, action: str) -> list[Replica]:
            after={"replicas": [r.id for r in chosen]})
     db.session.commit()
     for r in chosen:
-        _send(f"pools.{action}_replica", [r.id], pool.node)
+        send_to_node(f"pools.{action}_replica", [r.id], pool.node)
     return chosen
 
 
@@ -88,7 +89,7 @@ def request_lora(user, pool_id: int, action: str, lora_name: str, lora_path: str
            after={"lora_name": lora_name, "lora_path": lora_path})
     db.session.commit()
     args = [pool.id, lora_name, lora_path] if action == "load" else [pool.id, lora_name]
-    _send(f"pools.{action}_lora", args, pool.node)
+    send_to_node(f"pools.{action}_lora", args, pool.node)
 
 
 def live_stats(replica_ids: list[int]) -> dict[int, dict[str, str]]:

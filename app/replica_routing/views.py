@@ -1,9 +1,7 @@
 """Routing console page: the prefix-routing simulator comparison and the template lint."""
 from __future__ import annotations
 
-from functools import lru_cache
-
-from flask import Blueprint, Response, flash, redirect, render_template, request, url_for
+from flask import Blueprint, flash, redirect, render_template, request, url_for
 from flask_login import current_user, login_required
 
 from app.console.helpers import require

@@ -1,0 +1,100 @@
+"""Approval and rollout: the side effects around the transitions.
+
+- ``approve`` (an approver other than the requester): canary at the first step
+  (``states.CANARY_STEPS``), and the adapter is hot-loaded on every replica of its pool
+  (``pools.load_lora`` on the pool's node; per-replica results land in ``loaded``, a
+  replica that failed is reported and gets no adapter traffic).
+- ``advance``: the next canary step; at 100% the adapter is ``promoted`` and the one it
+  replaces (if any) is superseded and unloaded.
+- ``rollback``: one click from canary or promoted; the adapter is unloaded and the one
+  before it (if it had been superseded) serves again, hot-loaded anew.
+
+The canary share is consistent per session / static prefix (the gateway hashes the
+request's routing key), so a client's prefix cache stays warm while the share grows.
+"""
+from __future__ import annotations
+
+from app.adapters import service, states
+from app.adapters.models import Adapter
+from app.errors import ValidationError
+from app.extensions import db
+
+
+def _send_lora(adapter: Adapter, action: str) -> None:
+    """Queue the hot-(un)load on every replica of the adapter's pool (its node's queue)."""
+    from app.catalog.models import Pool
+    from app.pools.service import send_to_node
+    pool = db.session.get(Pool, adapter.pool_id) if adapter.pool_id else None
+    if pool is not None:
+        send_to_node(f"adapters.{action}", [adapter.id], pool.node)
+
+
+def serving_for(tenant_id: int, workflow: str, *, exclude: int | None = None) -> Adapter | None:
+    """The workflow's promoted adapter (the one a canary shares traffic with)."""
+    q = db.select(Adapter).where(Adapter.tenant_id == tenant_id, Adapter.workflow == workflow,
+                                 Adapter.state == states.PROMOTED)
+    if exclude is not None:
+        q = q.where(Adapter.id != exclude)
+    return db.session.scalars(q.order_by(Adapter.id.desc())).first()
+
+
+def approve(user, adapter_id: int, comment: str = "") -> Adapter:
+    adapter = service.get_adapter(user, adapter_id)
+    if not comment.strip():
+        raise ValidationError("say why", {"comment": ["an approval needs a comment"]})
+    current = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
+    adapter.previous_adapter_id = current.id if current else None
+    adapter.canary_pct = states.CANARY_STEPS[0]
+    service.transition(user, adapter, "approve", comment,
+                       data={"canary_pct": adapter.canary_pct})
+    _send_lora(adapter, "load")
+    return adapter
+
+
+def reject(user, adapter_id: int, comment: str = "") -> Adapter:
+    adapter = service.get_adapter(user, adapter_id)
+    if not comment.strip():
+        raise ValidationError("say why", {"comment": ["a rejection needs a comment"]})
+    return service.transition(user, adapter, "reject", comment)
+
+
+def advance(user, adapter_id: int, comment: str = "") -> Adapter:
+    """The next canary step; the last one promotes."""
+    adapter = service.get_adapter(user, adapter_id)
+    steps = [s for s in states.CANARY_STEPS if s > adapter.canary_pct]
+    if adapter.state != states.CANARY or steps[:1] == [100] or not steps:
+        return promote(user, adapter_id, comment)
+    adapter.canary_pct = steps[0]
+    return service.transition(user, adapter, "advance", comment,
+                              data={"canary_pct": adapter.canary_pct})
+
+
+def promote(user, adapter_id: int, comment: str = "") -> Adapter:
+    adapter = service.get_adapter(user, adapter_id)
+    previous = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
+    adapter.canary_pct = 100
+    service.transition(user, adapter, "promote", comment, data={"canary_pct": 100},
+                       commit=previous is None)
+    if previous is not None:
+        service.transition(service.SYSTEM, previous, "supersede",
+                           f"replaced by adapter {adapter.id}")
+        _send_lora(previous, "unload")
+    return adapter
+
+
+def rollback(user, adapter_id: int, comment: str = "") -> Adapter:
+    adapter = service.get_adapter(user, adapter_id)
+    previous = db.session.get(Adapter, adapter.previous_adapter_id) \
+        if adapter.previous_adapter_id else None
+    was = adapter.state
+    adapter.canary_pct = 0
+    restore = previous is not None and previous.state == states.RETIRED \
+        and was == states.PROMOTED
+    service.transition(user, adapter, "rollback", comment, commit=not restore)
+    _send_lora(adapter, "unload")
+    if restore:
+        previous.canary_pct = 100
+        service.transition(service.SYSTEM, previous, "restore",
+                           f"adapter {adapter.id} rolled back")
+        _send_lora(previous, "load")
+    return adapter
