@@ -19,8 +19,10 @@ api_bp = Blueprint("auth_api", __name__)
 
 
 def _safe_next(target: str | None) -> str:
-    """Only same-site paths: never ``//host`` or ``/\\host`` (open redirects)."""
-    if not target or not target.startswith("/") or target[1:2] in ("/", "\\"):
+    """Only same-site paths: never ``//host``, ``/\\host``, nor a path with control
+    characters or spaces, which browsers strip (``/%09/evil.com`` is ``//evil.com``)."""
+    if not target or not target.startswith("/") or target[1:2] in ("/", "\\") \
+            or any(ord(c) < 0x21 or c == "\x7f" or c == "\\" for c in target):
         return url_for("console.home")
     return target
 

@@ -8,6 +8,7 @@ import orjson
 from app.gateway.errors import bad_request
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+MAX_DEPTH = 64   # response_format / tools nesting (a schema is walked recursively)
 _NUMBERS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
             "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
 
@@ -41,7 +42,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(m, dict):
             raise bad_request(f"messages[{i}] must be an object.", f"messages[{i}]")
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad_request(f"Invalid value for 'messages[{i}].role': {role!r}.",
                               f"messages[{i}].role")
         content = m.get("content")
@@ -52,6 +53,34 @@ def _check_messages(messages: Any) -> None:
             raise bad_request(f"Invalid type for 'messages[{i}].content': expected a string "
                               "or an array of content parts.", f"messages[{i}].content",
                               "invalid_type")
+        if isinstance(content, list):
+            _check_parts(content, f"messages[{i}].content")
+
+
+def _check_parts(parts: list, where: str) -> None:
+    """Content parts: objects with a string ``type``; a text part's ``text`` is a string."""
+    for j, part in enumerate(parts):
+        at = f"{where}[{j}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise bad_request(f"Invalid content part '{at}': expected an object with a "
+                              "string 'type'.", at, "invalid_type")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise bad_request(f"Invalid content part '{at}': 'text' must be a string.",
+                              f"{at}.text", "invalid_type")
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a JSON value, counting no further than ``limit`` + 1."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        children = node.values() if isinstance(node, dict) else node \
+            if isinstance(node, list) else ()
+        stack.extend((c, d + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
 
 
 def check_chat_body(body: dict[str, Any], max_tokens_cap: int) -> None:
@@ -100,3 +129,7 @@ def check_chat_body(body: dict[str, Any], max_tokens_cap: int) -> None:
                             ("text", "json_object", "json_schema")):
         raise bad_request("Invalid 'response_format': type must be text, json_object or "
                           "json_schema.", "response_format.type")
+    for name in ("response_format", "tools"):
+        if body.get(name) is not None and _depth(body[name], MAX_DEPTH) > MAX_DEPTH:
+            raise bad_request(f"Invalid '{name}': nested deeper than {MAX_DEPTH} levels.",
+                              name, "invalid_value")
