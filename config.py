@@ -7,6 +7,8 @@ configuration without patching the environment first.
 from __future__ import annotations
 
 import os
+import secrets
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +23,7 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_QDRANT_URL": ("QDRANT_URL", str),
     "SLUICE_QDRANT_PATH": ("QDRANT_PATH", str),
     "SLUICE_SECRET_KEY": ("SECRET_KEY", str),
+    "SLUICE_INSTANCE_DIR": ("INSTANCE_DIR", str),
     "SLUICE_GATEWAY_MAX_BODY_BYTES": ("GATEWAY_MAX_BODY_BYTES", int),
     "SLUICE_GATEWAY_URL": ("GATEWAY_URL", str),
     "SLUICE_GATEWAY_SNAPSHOT_POLL_S": ("GATEWAY_SNAPSHOT_POLL_S", float),
@@ -47,7 +50,10 @@ class Config:
     (``current_app.config`` in the console and workers, the dict the gateway is built
     with), never a default of its own."""
 
-    SECRET_KEY = "dev-insecure-key"
+    # Empty: outside prod, a key generated once into INSTANCE_DIR/secret_key (mode 0600)
+    # and reused; prod refuses to start without a real one.
+    SECRET_KEY = ""
+    INSTANCE_DIR = str(VAR)
     SQLALCHEMY_DATABASE_URI = f"sqlite:///{VAR / 'sluice.db'}"
     SQLALCHEMY_TRACK_MODIFICATIONS = False
     SQLALCHEMY_ENGINE_OPTIONS: dict[str, Any] = {"pool_pre_ping": True}
@@ -155,4 +161,27 @@ def load_config(name: str | None = None, environ: Mapping[str, str] | None = Non
         raise ConfigError("SLUICE_SECRET_KEY must be set to a real secret in production")
     if name == "prod" and len(cfg["SECRET_KEY"]) < 16:
         raise ConfigError("SLUICE_SECRET_KEY must be at least 16 characters in production")
+    if not cfg.get("SECRET_KEY"):
+        cfg["SECRET_KEY"] = instance_secret(Path(cfg["INSTANCE_DIR"]))
     return cfg
+
+
+def instance_secret(instance_dir: Path) -> str:
+    """This instance's own session key: read from ``instance_dir/secret_key``, or made
+    there once (mode 0600, created exclusively so two processes starting together end
+    up with the same key). Never a key anyone else knows."""
+    path = instance_dir / "secret_key"
+    instance_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):   # the creator may not have written it yet
+            key = path.read_text().strip()
+            if key:
+                return key
+            time.sleep(0.02)
+        raise ConfigError(f"{path} is empty: delete it to have a new key made") from None
+    key = secrets.token_urlsafe(48)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key

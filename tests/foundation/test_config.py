@@ -34,3 +34,19 @@ def test_prod_accepts_real_secret():
 def test_unknown_env_name_is_an_error():
     with pytest.raises(ConfigError):
         load_config("staging", environ={})
+
+
+def test_without_a_key_each_instance_makes_its_own_once(tmp_path):
+    """Security finding 4: the dev default was a public string anyone could sign an admin
+    session cookie with."""
+    import os
+    from config import INSECURE_KEYS
+    env = {"SLUICE_INSTANCE_DIR": str(tmp_path)}
+    first = load_config("dev", environ=env)["SECRET_KEY"]
+    assert first not in INSECURE_KEYS and len(first) >= 32
+    assert load_config("dev", environ=env)["SECRET_KEY"] == first   # reused, sessions survive
+    assert os.stat(tmp_path / "secret_key").st_mode & 0o777 == 0o600
+    other = tmp_path / "other"
+    assert load_config("dev", environ={"SLUICE_INSTANCE_DIR": str(other)})["SECRET_KEY"] != first
+    with pytest.raises(ConfigError):
+        load_config("prod", environ=env)   # prod never falls back to a made-up key
