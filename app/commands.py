@@ -24,7 +24,7 @@ SEED_TIERS = [
 
 def seed_catalog() -> list[str]:
     """Create the default pools and three tiers if no tiers exist. Returns what was made."""
-    from app.audit.service import record
+    from app.audit.service import SYSTEM, record
     from app.catalog.models import Pool, Tier
     from app.catalog.service import sync_replica_rows
     from app.policies.models import Policy
@@ -40,7 +40,7 @@ def seed_catalog() -> list[str]:
         db.session.add(pool)
         db.session.flush()
         sync_replica_rows(pool)
-        record(SystemActor(), "pool.create", "pool", pool.id, after=pool.to_dict())
+        record(SYSTEM, "pool.create", "pool", pool.id, after=pool.to_dict())
         pools[name] = pool
         made.append(f"pool {name}")
     for t in SEED_TIERS:
@@ -59,11 +59,11 @@ def seed_catalog() -> list[str]:
                     api_key_env="" if t["pool"] else "SLUICE_PROVIDER_KEY_FRONTIER")
         db.session.add(tier)
         db.session.flush()
-        record(SystemActor(), "tier.create", "tier", tier.id, after=tier.to_dict())
+        record(SYSTEM, "tier.create", "tier", tier.id, after=tier.to_dict())
         made.append(f"tier {t['name']}")
     if db.session.scalar(db.select(Policy).where(Policy.tenant_id.is_(None))) is None:
         db.session.add(Policy(tenant_id=None, values={}))
-        record(SystemActor(), "policy.create", "policy", "global", after={"values": {}})
+        record(SYSTEM, "policy.create", "policy", "global", after={"values": {}})
     return made
 
 
@@ -106,28 +106,27 @@ def init_command(email: str | None) -> None:
     click.echo(f"admin {email} created; sign in at /login")
 
 
-class SystemActor:
-    """The actor for changes made by the system itself (boot scripts), audited as "system"."""
-
-    id = None
-    email = "system"
-    role = "admin"
-    tenant_id = None
-
-    def can(self, permission: str, tenant_id: int | None = None) -> bool:
-        return True
-
-    def sees_tenant(self, tenant_id: int | None) -> bool:
-        return True
-
-
 @sluice_cli.command("start-pools")
 def start_pools_command() -> None:
     """Queue a start of every pool's wanted replicas on its node's worker queue."""
+    from app.audit.service import SYSTEM
     from app.catalog.models import Pool
     from app.pools.service import request_pool_action
 
     for pool in db.session.scalars(db.select(Pool).order_by(Pool.id)):
-        started = request_pool_action(SystemActor(), pool.id, "start")
+        started = request_pool_action(SYSTEM, pool.id, "start")
         click.echo(f"pool {pool.name}: start queued for {len(started)} replica(s) "
                    f"on pool.{pool.node}")
+
+
+@sluice_cli.command("unlock")
+@click.argument("ident")
+@click.option("--address", is_flag=True, help="IDENT is a client address, not an email")
+def unlock_command(ident: str, address: bool) -> None:
+    """Lift a sign-in lock (too many failed sign-ins) of an account or a client address."""
+    from app.audit.service import SYSTEM
+    from app.auth import throttle
+    kind = "addr" if address else "account"
+    had = throttle.lift(SYSTEM, kind, ident if address else ident.strip().lower())
+    click.echo(f"{kind} {ident}: " + ("lock lifted" if had else "was not locked"))
+

@@ -27,6 +27,11 @@ class Forbidden(ServiceError):
     code = "forbidden"
 
 
+class TooManyAttempts(ServiceError):
+    status = 429
+    code = "too_many_attempts"
+
+
 class Conflict(ServiceError):
     status = 409
     code = "conflict"

@@ -9,25 +9,10 @@ from typing import Any
 
 from app.adapters import states
 from app.adapters.models import Adapter, AdapterEvent
-from app.audit.service import record
+from app.audit.service import SYSTEM, record  # noqa: F401 (SYSTEM: the workers' actor)
 from app.errors import Forbidden, NotFound
 from app.extensions import db
 from app.snapshot.service import publish_after_commit
-
-
-class SystemActor:
-    """The workers' own steps (training finished, shadow evaluated)."""
-
-    id = None
-    email = "system"
-    role = "system"
-    tenant_id = None
-
-    def can(self, permission: str, tenant_id: int | None = None) -> bool:
-        return True
-
-
-SYSTEM = SystemActor()
 
 
 def visible(user, query=None):

@@ -12,7 +12,7 @@ from functools import wraps
 from flask import g, jsonify, request
 
 from app.auth.service import user_for_token
-from app.errors import ServiceError
+from app.errors import ServiceError, TooManyAttempts
 
 
 def api_auth(fn):
@@ -20,7 +20,10 @@ def api_auth(fn):
     def wrapper(*args, **kwargs):
         header = request.headers.get("Authorization", "")
         token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
-        user = user_for_token(token) if token else None
+        try:
+            user = user_for_token(token, request.remote_addr or "") if token else None
+        except TooManyAttempts as exc:
+            return jsonify(error={"code": exc.code, "message": exc.message, "fields": {}}), 429
         if user is None:
             return jsonify(error={"code": "unauthorized",
                                   "message": "send a valid admin token as 'Authorization: "

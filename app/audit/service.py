@@ -15,6 +15,25 @@ def _scrub(d: dict[str, Any] | None) -> dict[str, Any] | None:
     return {k: ("[redacted]" if k in SECRET_FIELDS else v) for k, v in d.items()}
 
 
+class SystemActor:
+    """The actor of changes the system makes itself (boot scripts, workers finishing a
+    training, the CLI run by an operator on the host), audited as "system"."""
+
+    id = None
+    email = "system"
+    role = "admin"
+    tenant_id = None
+
+    def can(self, permission: str, tenant_id: int | None = None) -> bool:
+        return True
+
+    def sees_tenant(self, tenant_id: int | None) -> bool:
+        return True
+
+
+SYSTEM = SystemActor()
+
+
 def record(actor, action: str, entity_type: str, entity_id: Any = "", *,
            tenant_id: int | None = None, before: dict | None = None,
            after: dict | None = None) -> AuditLog:

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import re
+import secrets
+from functools import lru_cache
 
 from app.audit.service import record
+from app.auth import throttle
 from app.auth.models import ROLES, AdminToken, User
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
@@ -15,19 +18,36 @@ from app.tenants.models import Tenant
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
-def authenticate(email: str, password: str) -> User | None:
-    user = db.session.scalar(db.select(User).where(User.email == email.strip().lower()))
-    if user is None or not user.active or not verify_password(user.password_hash, password):
+def authenticate(email: str, password: str, addr: str = "") -> User | None:
+    """The user for these credentials, or None. Raises TooManyAttempts while the account
+    or the client address is locked (app.auth.throttle). An unknown email costs the same
+    password check as a known one, so timing does not tell which emails exist."""
+    email = email.strip().lower()
+    throttle.check(email, addr)
+    user = db.session.scalar(db.select(User).where(User.email == email))
+    ok = verify_password(user.password_hash if user else _dummy_hash(), password)
+    if user is None or not user.active or not ok:
+        throttle.failed(email, addr)
         return None
+    throttle.succeeded(email)
     user.last_login_at = utcnow()
     db.session.commit()
     return user
 
 
-def user_for_token(token: str) -> User | None:
+@lru_cache(maxsize=1)
+def _dummy_hash() -> str:
+    return hash_password(secrets.token_urlsafe(16))
+
+
+def user_for_token(token: str, addr: str = "") -> User | None:
+    """The active user of an admin token, or None; bad tokens count against the client
+    address (TooManyAttempts once it is locked)."""
+    throttle.check(None, addr)
     row = db.session.scalar(db.select(AdminToken).where(
         AdminToken.token_hash == token_hash(token), AdminToken.revoked_at.is_(None)))
     if row is None or not row.user.active:
+        throttle.failed(None, addr)
         return None
     return row.user
 

@@ -6,11 +6,11 @@ from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template
 from flask_login import current_user, login_required, login_user, logout_user
 
 from app.api.views import api_auth, body
-from app.auth import service
+from app.auth import service, throttle
 from app.auth.forms import LoginForm
 from app.auth.models import ROLES, User
 from app.console.helpers import checkbox, form_data, render_errors, require
-from app.errors import NotFound, ServiceError
+from app.errors import NotFound, ServiceError, TooManyAttempts
 from app.extensions import db
 from app.tenants.service import visible_tenants
 
@@ -36,7 +36,12 @@ def login():
         return render_template("auth/login.html", form=form)
     if not form.validate():
         return render_template("auth/login.html", form=form), 400
-    user = service.authenticate(form.email.data, form.password.data)
+    try:
+        user = service.authenticate(form.email.data, form.password.data,
+                                    request.remote_addr or "")
+    except TooManyAttempts as exc:
+        flash(exc.message, "error")
+        return render_template("auth/login.html", form=form), 429
     if user is None:
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
@@ -127,6 +132,17 @@ def token_revoke(token_id: int):
 
 
 # ------------------------------------------------------------------ admin API (/api/v1)
+
+@api_bp.route("/auth/locks/lift", methods=["POST"])
+@api_auth
+def api_lift_lock():
+    """``{"email": ...}`` or ``{"address": ...}``: lift that sign-in lock (admins)."""
+    data = body()
+    kind, ident = ("addr", str(data["address"])) if data.get("address") \
+        else ("account", str(data.get("email") or "").strip().lower())
+    had = throttle.lift(g.api_user, kind, ident)
+    return jsonify(kind=kind, ident=ident, lifted=had)
+
 
 @api_bp.route("/me")
 @api_auth

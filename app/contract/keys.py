@@ -46,6 +46,10 @@ class Keys:
         """Feedback whose request the drain had not committed yet."""
         return self.k("ledger", "feedback_retry")
 
+    def trace_stream(self) -> str:
+        """Frontier answers of workflows (scrubbed) the LoRA flywheel may learn from."""
+        return self.k("adapters", "traces")
+
     def request_owners(self, day: date) -> str:
         """Hash request_id -> tenant id of the requests booked on ``day`` (UTC)."""
         return self.k("req", day.strftime("%Y%m%d"))
@@ -124,6 +128,14 @@ class Keys:
     def celery_prefix(self) -> str:
         """Celery's broker and result keys (``global_keyprefix``)."""
         return self.k("celery", "")
+
+    # --- sign-in throttling (app.auth.throttle) -----------------------------------------
+    def auth_failures(self, kind: str, ident: str) -> str:
+        """Failed sign-ins (or admin-token uses) of one account / client address."""
+        return self.k("auth", "failures", kind, ident)
+
+    def auth_lock(self, kind: str, ident: str) -> str:
+        return self.k("auth", "lock", kind, ident)
 
     # --- control-plane bookkeeping ---------------------------------------------------
     def rollup_watermark(self) -> str:
