@@ -60,6 +60,8 @@ def register_extensions(app: Flask) -> None:
         from app.auth.models import User
         return db.session.get(User, int(user_id))
 
+    from app import headers
+    headers.init_app(app)
     init_redis(app)
     celery_init_app(app)
 

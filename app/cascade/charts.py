@@ -5,12 +5,13 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from app.cascade.models import RouterModel
+from app.headers import figure_html
 
 _LAYOUT = dict(height=360, margin=dict(l=50, r=20, t=40, b=50), template="plotly_white")
 
 
 def _html(fig: go.Figure) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    return figure_html(fig)
 
 
 def reliability_html(model: RouterModel) -> str:

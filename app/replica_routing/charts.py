@@ -5,6 +5,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from app.headers import figure_html
+
 
 def comparison_html(result: dict) -> str:
     pols = result.get("policies") or {}
@@ -29,4 +31,4 @@ def comparison_html(result: dict) -> str:
     fig.update_yaxes(type="log", row=1, col=3)
     fig.update_layout(height=420, showlegend=False, barmode="group", template="plotly_white",
                       margin=dict(l=40, r=20, t=50, b=90))
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    return figure_html(fig)

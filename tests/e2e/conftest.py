@@ -44,11 +44,18 @@ def console(app):
 
 @pytest.fixture()
 def page(browser):
+    """A fresh page; the test fails if any page it opened broke the Content-Security-Policy
+    or threw (a chart that silently did not draw is a failure too)."""
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     p = ctx.new_page()
     p.set_default_timeout(20_000)
+    problems: list[str] = []
+    p.on("console", lambda m: problems.append(m.text) if m.type == "error"
+         and "Content Security Policy" in m.text else None)
+    p.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     yield p
     ctx.close()
+    assert not problems, problems
 
 
 def sign_in(page, base: str, email: str) -> None:
