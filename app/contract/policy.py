@@ -154,6 +154,28 @@ def validate(values: Mapping[str, Any], *, base: Mapping[str, Any] | None = None
     return clean, errors
 
 
+def beyond_bounds(values: Mapping[str, Any], central: Mapping[str, Any]
+                  ) -> dict[str, list[str]]:
+    """Fields of a tenant-scoped user's ``values`` that would widen or raise what the
+    central (global) policy allows: tiers outside the central set (an empty list means
+    every tier), a rate limit or token cap above the central one (rate 0 = unlimited), or
+    explicit tiers the central policy forbids."""
+    out: dict[str, list[str]] = {}
+    if "allowed_tiers" in values:
+        mine, theirs = set(values["allowed_tiers"]), set(central["allowed_tiers"])
+        if theirs and (not mine or not mine <= theirs):
+            out["allowed_tiers"] = [f"central bound: a subset of {', '.join(sorted(theirs))}"]
+    rpm, top = values.get("rate_limit_rpm"), central["rate_limit_rpm"]
+    if rpm is not None and top and not 1 <= rpm <= top:
+        out["rate_limit_rpm"] = [f"central bound: 1 to {top} per minute"]
+    cap = values.get("max_tokens_cap")
+    if cap is not None and cap > central["max_tokens_cap"]:
+        out["max_tokens_cap"] = [f"central bound: at most {central['max_tokens_cap']}"]
+    if values.get("allow_explicit_tier") and not central["allow_explicit_tier"]:
+        out["allow_explicit_tier"] = ["central bound: explicit tiers are off"]
+    return out
+
+
 def effective(global_values: Mapping[str, Any] | None,
               tenant_values: Mapping[str, Any] | None) -> dict[str, Any]:
     """Defaults, overridden by the global policy, overridden by the tenant's."""

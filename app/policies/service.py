@@ -56,6 +56,11 @@ def update_policy(user, tenant_id: int | None, values: dict[str, Any],
     clean, errors = schema.validate(given, base={**base, **kept}, known_tiers=known)
     if errors:
         raise ValidationError("invalid policy", errors)
+    if user.tenant_id is not None:
+        beyond = schema.beyond_bounds(clean, schema.effective(base, None))
+        if beyond:
+            raise Forbidden("a tenant may narrow its limits, never go past the central ones",
+                            beyond)
     new_values = {**kept, **clean}
     if current is None:
         current = Policy(tenant_id=tenant_id, values=new_values)

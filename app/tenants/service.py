@@ -77,6 +77,9 @@ def update_tenant(user, tenant_id: int, data: dict) -> Tenant:
     tenant = get_tenant(user, tenant_id)
     _require(user, "tenant.manage", tenant.id)
     clean = _clean_tenant(data, partial=True)
+    if user.tenant_id is not None and clean.get("status", tenant.status) != tenant.status:
+        raise Forbidden("a tenant's status is set by central ops",
+                        {"status": ["set by central ops"]})
     if "name" in clean and clean["name"] != tenant.name and db.session.scalar(
             db.select(Tenant).where(Tenant.name == clean["name"])):
         raise Conflict("a tenant with this name exists", {"name": ["is already taken"]})

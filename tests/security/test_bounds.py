@@ -1,0 +1,65 @@
+"""Security finding 5: tenant-scoped roles act within the bounds central ops set."""
+from __future__ import annotations
+
+import pytest
+
+from app.errors import Forbidden
+from app.finops import service as finops
+from app.policies.service import global_values, tenant_values, update_policy
+from app.tenants.service import update_tenant
+from tests.factories import TenantFactory, TierFactory, UserFactory
+
+T1, T2, T3 = "bound-t1", "bound-t2", "bound-t3"
+
+
+@pytest.fixture()
+def central(app):
+    from app.catalog.models import Tier
+    from app.extensions import db
+    for i, name in enumerate((T1, T2, T3)):
+        if db.session.scalar(db.select(Tier).where(Tier.name == name)) is None:
+            TierFactory(name=name, rank=90 + i)
+    admin = UserFactory(role="admin")
+    update_policy(admin, None, {"allowed_tiers": f"{T1},{T2}", "rate_limit_rpm": 600,
+                                "max_tokens_cap": 2048, "allow_explicit_tier": False})
+    yield admin
+    update_policy(admin, None, {k: v for k, v in {
+        "allowed_tiers": [], "rate_limit_rpm": 0, "max_tokens_cap": 4096,
+        "allow_explicit_tier": True}.items()})
+
+
+@pytest.mark.parametrize("values", [{"allowed_tiers": []}, {"allowed_tiers": f"{T1},{T3}"},
+                                    {"rate_limit_rpm": 0}, {"rate_limit_rpm": 601},
+                                    {"max_tokens_cap": 100000},
+                                    {"allow_explicit_tier": True}])
+def test_a_scoped_ops_user_cannot_widen_or_raise(central, values):
+    tenant = TenantFactory()
+    lead = UserFactory(role="ops", tenant=tenant)
+    with pytest.raises(Forbidden) as exc:
+        update_policy(lead, tenant.id, values)
+    assert set(exc.value.errors) == set(values)
+    assert tenant_values(tenant.id) == {}
+
+
+def test_a_scoped_ops_user_may_narrow_and_a_central_one_may_do_anything(central):
+    tenant = TenantFactory()
+    lead = UserFactory(role="ops", tenant=tenant)
+    update_policy(lead, tenant.id, {"allowed_tiers": T1, "rate_limit_rpm": 60,
+                                    "max_tokens_cap": 512})
+    assert tenant_values(tenant.id) == {"allowed_tiers": [T1], "rate_limit_rpm": 60,
+                                        "max_tokens_cap": 512}
+    update_policy(central, tenant.id, {"rate_limit_rpm": 0, "max_tokens_cap": 100000})
+    assert tenant_values(tenant.id)["rate_limit_rpm"] == 0
+    assert global_values()["rate_limit_rpm"] == 600
+
+
+def test_status_and_adjustments_are_central(app):
+    tenant = TenantFactory(status="suspended")
+    with pytest.raises(Forbidden):
+        update_tenant(UserFactory(role="ops", tenant=tenant), tenant.id, {"status": "active"})
+    with pytest.raises(Forbidden):
+        finops.record_adjustment(UserFactory(role="finops", tenant=tenant), tenant.id,
+                                 "-1000000", "free money")
+    update_tenant(UserFactory(role="ops", tenant=tenant), tenant.id, {"department": "Sales"})
+    assert update_tenant(UserFactory(role="ops"), tenant.id, {"status": "active"}).status \
+        == "active"
