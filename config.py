@@ -40,6 +40,7 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_POOLS_BIND_HOST": ("POOLS_BIND_HOST", str),
     "SLUICE_POOLS_ADVERTISE_HOST": ("POOLS_ADVERTISE_HOST", str),
     "SLUICE_BUDGET_WEBHOOK_URL": ("BUDGET_WEBHOOK_URL", str),
+    "SLUICE_WEBHOOK_ALLOWED_HOSTS": ("WEBHOOK_ALLOWED_HOSTS", str),
 }
 
 INSECURE_KEYS = {"", "dev", "dev-insecure-key", "change-me", "test"}
@@ -87,6 +88,9 @@ class Config:
     # empty: SECRET_KEY
     CACHE_SALT_SECRET = ""
     BUDGET_WEBHOOK_URL = ""
+    # Budget webhooks go to https on public addresses, or to these hosts (comma-separated
+    # names, e.g. an internal alert relay)
+    WEBHOOK_ALLOWED_HOSTS = ""
     LEDGER_BATCH_SIZE = 500         # ledger events the drain commits per transaction
     SNAPSHOT_PUBLISH = True         # False: changes do not publish a snapshot (tests)
     LOG_LEVEL = "INFO"

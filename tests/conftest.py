@@ -66,6 +66,8 @@ def app_config(database_url, redis_namespace, tmp_path_factory):
         "REDIS_NAMESPACE": redis_namespace,
         "QDRANT_PATH": str(tmp_path_factory.mktemp("qdrant")),
         "SECRET_KEY": "test-secret-key-for-sessions",
+        # the tests' own webhook receivers listen on the loopback address
+        "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
         "SERVER_NAME": "localhost",
     }
 

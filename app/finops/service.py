@@ -17,7 +17,7 @@ from app.core import costing
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.contract import budget as rb
-from app.finops import rollups
+from app.finops import rollups, webhooks
 from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, Rollup
 from app.ledger.models import LedgerEntry
 from app.redis_client import get_redis, keys
@@ -98,8 +98,10 @@ def save_budget(user, tenant_id: Any, monthly_limit_usd: Any, action: str,
     if action not in BUDGET_ACTIONS:
         errors["action"] = [f"one of {', '.join(BUDGET_ACTIONS)}"]
     webhook_url = (webhook_url or "").strip()
-    if webhook_url and not webhook_url.startswith(("http://", "https://")):
-        errors["webhook_url"] = ["must be an http(s) URL"]
+    bad = webhook_url and webhooks.problem(
+        webhook_url, webhooks.allowed_hosts(current_app.config["WEBHOOK_ALLOWED_HOSTS"]))
+    if bad:
+        errors["webhook_url"] = [bad]
     if errors:
         raise ValidationError("the budget is not valid", errors)
     row = db.session.scalar(sa.select(Budget).where(Budget.tenant_id == tenant.id))
@@ -189,10 +191,14 @@ def check_budget_alerts(now: datetime | None = None) -> list[BudgetAlert]:
             if alert is not None:
                 new.append((alert, row, tenant, refused and used < pct))
     db.session.commit()
-    default_url = current_app.config["BUDGET_WEBHOOK_URL"]
+    default_url = current_app.config["BUDGET_WEBHOOK_URL"]   # the operator's: trusted
+    allowed = webhooks.allowed_hosts(current_app.config["WEBHOOK_ALLOWED_HOSTS"])
     for alert, row, tenant, by_refusal in new:
         url = row.webhook_url or default_url
-        if url:
+        bad = row.webhook_url and webhooks.problem(row.webhook_url, allowed)
+        if bad:   # checked again now: DNS may have moved since the budget was saved
+            alert.webhook_status = f"refused: {bad}"[:64]
+        elif url:
             alert.webhook_status = _post_webhook(url, alert, row, tenant, by_refusal)
     db.session.commit()
     return [a for a, _, _, _ in new]
