@@ -63,7 +63,9 @@ FIELDS: dict[str, Field] = {
                                 help="Shadow agreement needed to promote an adapter"),
     "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)"),
     "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto"),
-    "cache_salt": Field(bool, False, help="Isolate this tenant's engine prefix cache"),
+    # on by default: with a shared prefix cache, usage.cached_tokens tells a tenant whether
+    # another tenant sent the same prompt prefix (turn off to share a public system prompt)
+    "cache_salt": Field(bool, True, help="Isolate this tenant's engine prefix cache"),
     "session_key": Field(str, "header", choices=("header", "user", "both"),
                          help="Where the session id for replica affinity comes from"),
     "prefix_key_tokens": Field(int, 4500, 16, 1_000_000,

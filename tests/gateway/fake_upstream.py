@@ -12,7 +12,7 @@ when the last user message has more than NOVICE_WORDS words, confident otherwise
 
 Content does not depend on the replica (the ``x-fake-replica`` header says which one
 answered). ``cached_tokens`` = the system prompt's words when this replica saw that
-system prompt before (an engine prefix cache stand-in). ``GET /stats`` counts requests,
+system prompt before under the same ``cache_salt`` (an engine prefix cache stand-in). ``GET /stats`` counts requests,
 and streams that ran to the end (``streams_finished``) or were closed by the caller before
 it (``streams_cancelled``, with ``last_cancelled_after`` content chunks sent), as an
 engine that aborts a request whose client went away.
@@ -72,9 +72,11 @@ def create_fake(name: str = "fake") -> Starlette:
                             status_code=ctl["status"], media_type="application/json")
         system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
         prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
-        cached = len(system.split()) if system and system in seen_prefixes else 0
+        # like vLLM, a request's cache_salt keeps its prefix blocks apart from other salts'
+        cache_key = (body.get("cache_salt") or "", system)
+        cached = len(system.split()) if system and cache_key in seen_prefixes else 0
         if system:
-            seen_prefixes.add(system)
+            seen_prefixes.add(cache_key)
         words = answer_words(messages, prefix)
         max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 1000
         words = words[:max_tokens]

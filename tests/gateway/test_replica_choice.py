@@ -31,10 +31,14 @@ def _by_name(fake_replicas, w) -> dict:
 def test_sessions_stick_to_their_rendezvous_replica(world, fake_replicas):
     rows = _by_name(fake_replicas, world)
     views = [ReplicaView(id=r.id) for r in rows.values()]
+    # the tenant's cache salt (on by default) is part of the key: read the one it sends
+    probe = _send(world, "probe").headers["x-fake-replica"]
+    salt = httpx.get(fake_replicas[int(probe[1:])].url + "/stats").json()["last_body"][
+        "cache_salt"]
     seen = set()
     for i in range(16):
         sid = f"sess-{i}"
-        want = hrw_order(affinity_key(sid, None), views)[0].id
+        want = hrw_order(affinity_key(sid, None, salt=salt), views)[0].id
         names = {_send(world, sid).headers["x-fake-replica"] for _ in range(2)}
         assert len(names) == 1
         assert rows[names.pop()].id == want
