@@ -64,6 +64,11 @@ class CacheKey:
                    self.history_hash, self.profile.signature_hash])[:32]
 
 
+# Past this much user/system text, the entity guard reads the question alone.
+MAX_ENTITY_CHARS = 32_768
+_UNSCANNED = EntityProfile("unscanned", None, frozenset())
+
+
 def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mapping[str, Any],
               messages: Sequence[dict] | None = None, schema: Any = None) -> CacheKey:
     """``messages`` defaults to ``body["messages"]``; ``schema`` to ``body["response_format"]``."""
@@ -78,8 +83,16 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
     exact = _h([tenant, ph, sv, model, sampling, norm])
     history = _h([norm[:last_user], sampling])
     text = question_text(messages)
-    return CacheKey(tenant, ph, sv, model, exact, history, text,
-                    entity_profile(semantic_text(messages)), fits_window(text))
+    if not fits_window(text):   # exact matches only: no semantic lookup, no entity scan
+        return CacheKey(tenant, ph, sv, model, exact, history, text, _UNSCANNED, False)
+    scanned = semantic_text(messages)
+    if len(scanned) > MAX_ENTITY_CHARS:
+        # The scan costs ~10 us a character (a 4 MiB prompt held the gateway's CPU for a
+        # minute). Everything before the question is bound exactly by history_hash, so two
+        # requests that may share an answer have the same history: scanning the question
+        # alone (it fits the embedding window) tells them apart just as well.
+        scanned = text
+    return CacheKey(tenant, ph, sv, model, exact, history, text, entity_profile(scanned), True)
 
 
 def is_cacheable_request(body: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:
