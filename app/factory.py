@@ -78,7 +78,8 @@ def register_blueprints(app: Flask) -> None:
     for name in ("app.console.views", "app.auth.views", "app.tenants.views",
                  "app.catalog.views", "app.policies.views", "app.workflows.views",
                  "app.audit.views", "app.pools.views", "app.drills.views", "app.finops.views",
-                 "app.cascade.views", "app.replica_routing.views", "app.cache.views"):
+                 "app.cascade.views", "app.replica_routing.views", "app.cache.views",
+                 "app.adapters.views"):
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)
         if hasattr(module, "api_bp"):
@@ -101,7 +102,7 @@ def register_commands(app: Flask) -> None:
     # Each area's cli module adds its drills to ``drill_cli`` on import and returns its
     # own groups (sim, minify, engine ...) from ``groups()``.
     for name in ("app.cache.cli", "app.replica_routing.cli", "app.minify.cli", "app.engine.cli",
-                 "app.cascade.cli"):
+                 "app.cascade.cli", "app.adapters.cli"):
         module = importlib.import_module(name)
         for group in getattr(module, "groups", lambda: [])():
             app.cli.add_command(group)
