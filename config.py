@@ -30,6 +30,7 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_GATEWAY_EJECT_S": ("GATEWAY_EJECT_S", float),
     "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": ("GATEWAY_LEDGER_SPOOL_DIR", str),
     "SLUICE_GATEWAY_LEDGER_LINGER_S": ("GATEWAY_LEDGER_LINGER_S", float),
+    "SLUICE_GATEWAY_METRICS_TOKEN": ("GATEWAY_METRICS_TOKEN", str),
     "SLUICE_GATEWAY_CACHE_WARM": ("GATEWAY_CACHE_WARM", lambda v: v.lower() in {"1", "true", "yes", "on"}),
     "SLUICE_EMBEDDING_BACKEND": ("EMBEDDING_BACKEND", str),
     "SLUICE_EMBEDDING_THREADS": ("EMBEDDING_THREADS", int),
@@ -73,6 +74,9 @@ class Config:
     GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
     GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long
     GATEWAY_CACHE_WARM = False      # load the embedding model (and xgrammar) at gateway start
+    # Bearer token for the gateway's /metrics and detailed /healthz; empty: only clients on
+    # the gateway's own host (the port also serves tenants)
+    GATEWAY_METRICS_TOKEN = ""
     # Ledger events are spooled here before the answer's last byte, so a killed gateway
     # loses none (the next one on the host sends them on). Empty: memory only.
     GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")

@@ -71,7 +71,8 @@ def tier_edit(tier_id: int):
 @login_required
 def pools():
     return render_template("console/pools.html", pools=service.list_pools(),
-                           can_manage=current_user.can("catalog.manage"))
+                           can_manage=current_user.can("catalog.manage"),
+                           infra=current_user.tenant_id is None)
 
 
 def _pool_form(pool_id: int | None):
@@ -145,7 +146,22 @@ def api_tier_update(tier_id: int):
 @api_bp.get("/pools")
 @api_auth
 def api_pools_list():
-    return jsonify(pools=[p.to_dict() for p in service.list_pools()])
+    return jsonify(pools=[_pool(p) for p in service.list_pools()])
+
+
+def _pool(pool, replicas: bool = False) -> dict:
+    """A pool as the API shows it: engine options, node and replica URLs are shared
+    infrastructure, left out for tenant-scoped users."""
+    out = pool.to_dict()
+    if replicas:
+        out["replicas"] = [r.to_dict() for r in pool.replicas]
+    if g.api_user.tenant_id is not None:
+        out.pop("options", None)
+        out.pop("node", None)
+        for r in out.get("replicas", ()):
+            for k in ("url", "pid", "last_error"):
+                r.pop(k, None)
+    return out
 
 
 @api_bp.post("/pools")
@@ -157,8 +173,7 @@ def api_pool_create():
 @api_bp.get("/pools/<int:pool_id>")
 @api_auth
 def api_pool_get(pool_id: int):
-    pool = service.get_pool(pool_id)
-    return jsonify({**pool.to_dict(), "replicas": [r.to_dict() for r in pool.replicas]})
+    return jsonify(_pool(service.get_pool(pool_id), replicas=True))
 
 
 @api_bp.patch("/pools/<int:pool_id>")

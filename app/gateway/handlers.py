@@ -1,6 +1,7 @@
 """Thin route handlers: admit (auth, size, validation, limits), run the pipeline, answer."""
 from __future__ import annotations
 
+import hmac
 import logging
 import uuid
 
@@ -246,7 +247,23 @@ async def feedback(request: Request) -> Response:
                   "recorded_at": ev["at"], "cache_evicted": evicted}, status=202)
 
 
+def _operator(request: Request) -> bool:
+    """Whether the caller may read the gateway's internals: the bearer token of
+    GATEWAY_METRICS_TOKEN when one is set, else only a client on this host (the port is
+    the tenants' too)."""
+    token = request.app.state.gw.config["GATEWAY_METRICS_TOKEN"]
+    if token:
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        return hmac.compare_digest(given.encode(), token.encode())
+    host = request.client.host if request.client else ""
+    return host in ("127.0.0.1", "::1", "localhost")
+
+
 async def metrics(request: Request) -> Response:
+    if not _operator(request):
+        return _json({"error": {"message": "metrics are for operators", "type":
+                                "invalid_request_error", "param": None, "code": "forbidden"}},
+                     status=403)
     gw = request.app.state.gw
     return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
@@ -259,4 +276,6 @@ async def healthz(request: Request) -> Response:
             "ledger_written": gw.ledger.written, "ledger_recovered": gw.ledger.recovered,
             "reloads": gw.snapshots.reloads,
             "router_version": gw.routers.version, "routers": gw.routers.versions()}
+    if not _operator(request):   # a load balancer needs only whether to send traffic here
+        body = {"ok": body["ok"]}
     return _json(body, status=200 if snap is not None else 503)
