@@ -40,6 +40,7 @@ def serving_for(tenant_id: int, workflow: str, *, exclude: int | None = None) ->
 
 def approve(user, adapter_id: int, comment: str = "") -> Adapter:
     adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, "approve")
     if not comment.strip():
         raise ValidationError("say why", {"comment": ["an approval needs a comment"]})
     current = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
@@ -53,6 +54,7 @@ def approve(user, adapter_id: int, comment: str = "") -> Adapter:
 
 def reject(user, adapter_id: int, comment: str = "") -> Adapter:
     adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, "reject")
     if not comment.strip():
         raise ValidationError("say why", {"comment": ["a rejection needs a comment"]})
     return service.transition(user, adapter, "reject", comment)
@@ -61,6 +63,7 @@ def reject(user, adapter_id: int, comment: str = "") -> Adapter:
 def advance(user, adapter_id: int, comment: str = "") -> Adapter:
     """The next canary step; the last one promotes."""
     adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, "advance")
     steps = [s for s in states.CANARY_STEPS if s > adapter.canary_pct]
     if adapter.state != states.CANARY or steps[:1] == [100] or not steps:
         return promote(user, adapter_id, comment)
@@ -71,6 +74,7 @@ def advance(user, adapter_id: int, comment: str = "") -> Adapter:
 
 def promote(user, adapter_id: int, comment: str = "") -> Adapter:
     adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, "promote")
     previous = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
     adapter.canary_pct = 100
     service.transition(user, adapter, "promote", comment, data={"canary_pct": 100},
@@ -84,6 +88,7 @@ def promote(user, adapter_id: int, comment: str = "") -> Adapter:
 
 def rollback(user, adapter_id: int, comment: str = "") -> Adapter:
     adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, "rollback")
     previous = db.session.get(Adapter, adapter.previous_adapter_id) \
         if adapter.previous_adapter_id else None
     was = adapter.state

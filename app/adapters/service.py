@@ -56,15 +56,23 @@ def allowed_events(user, adapter: Adapter) -> list[str]:
     return out
 
 
-def transition(user, adapter: Adapter, event: str, comment: str = "", *,
-               data: dict[str, Any] | None = None, commit: bool = True) -> Adapter:
-    """Move ``adapter`` by ``event`` (raises Conflict / Forbidden, changing nothing)."""
+def authorize(user, adapter: Adapter, event: str) -> str:
+    """The state ``event`` would lead to, if the table and ``user`` allow it (Conflict /
+    Forbidden otherwise). Callers that change the adapter around a transition check this
+    first, so a refused request changes nothing."""
     to = states.target(event, adapter.state)
     perm = states.permission(event)
     if perm is not None and not user.can(perm, adapter.tenant_id):
         raise Forbidden(f"your role ({user.role}) may not {event} adapters")
     if event == "approve" and user.id is not None and user.id == adapter.requested_by_id:
         raise Forbidden("four eyes: the person who requested an adapter cannot approve it")
+    return to
+
+
+def transition(user, adapter: Adapter, event: str, comment: str = "", *,
+               data: dict[str, Any] | None = None, commit: bool = True) -> Adapter:
+    """Move ``adapter`` by ``event`` (raises Conflict / Forbidden, changing nothing)."""
+    to = authorize(user, adapter, event)
     before = {"state": adapter.state, "canary_pct": adapter.canary_pct}
     served_before = adapter.state in states.SERVING
     db.session.add(AdapterEvent(adapter_id=adapter.id, actor_email=user.email, event=event,
