@@ -121,6 +121,11 @@ class Config:
     POOLS_HEALTH_FAILURES = 2       # failed health checks before a replica is down
     POOLS_STATS_TTL_S = 30          # live replica stats in Redis expire after this
     POOLS_METRICS_RETENTION_H = 48  # ReplicaMetric rows kept this long
+    # Shadow evaluation: share of eligible answers a shadow adapter also answers, shadow
+    # calls in flight per gateway process at most, verdicts before the approval gate
+    ADAPTERS_SHADOW_SAMPLE_PCT = 10.0
+    ADAPTERS_SHADOW_MAX_INFLIGHT = 8
+    ADAPTERS_SHADOW_MIN_REQUESTS = 200
 
 
 class DevConfig(Config):

@@ -40,9 +40,11 @@ def celery_init_app(app: Flask) -> Celery:
             # ``-Q pool.<node>`` (SLUICE_NODE names the node).
             "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
+            "adapters-shadow-rollup": {"task": "adapters.shadow_rollup", "schedule": 30.0},
         },
         "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.cascade",
-                    "workers.tasks.pools", "workers.tasks.finops", "workers.tasks.drills"],
+                    "workers.tasks.pools", "workers.tasks.finops", "workers.tasks.drills",
+                    "workers.tasks.adapters"],
     }
     settings.update(app.config["CELERY"])
     celery = Celery(app.name, task_cls=FlaskTask)

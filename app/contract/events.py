@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from app.contract.keys import Keys
 
@@ -45,6 +45,9 @@ class LedgerEvent(TypedDict):
     ttft_ms: float | None
     latency_ms: float
     usage_source: str            # upstream | counted (app.gateway.usage)
+    adapter: str                 # the LoRA adapter that answered ("" for the base model)
+    kind: NotRequired[str]       # request (default) | shadow (app.gateway.shadow: an
+    #                              adapter's off-path run, never on the tenant's budget)
     payload: dict[str, Any]
 
 

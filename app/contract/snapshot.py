@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -203,6 +203,48 @@ class WorkflowEntry(_Entry):
 
 
 @dataclass(frozen=True)
+class ShadowEntry(_Entry):
+    """A workflow's adapter in shadow: evaluated on a share of the answers a higher tier
+    served (``app.gateway.shadow``), never served to a client."""
+
+    name: str                             # the engine's lora_name
+    sample_pct: float = 100.0             # share of eligible answers shadowed
+    pool_id: int | None = None
+    replicas_loaded: tuple[int, ...] = ()  # replica ids where the engine loaded it
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ShadowEntry:
+        entry = super().from_json(raw)
+        return cls(entry.name, float(entry.sample_pct), entry.pool_id,
+                   tuple(int(r) for r in entry.replicas_loaded))
+
+
+@dataclass(frozen=True)
+class AdapterEntry(_Entry):
+    """What a workflow's tier-1 requests are served with (``app.gateway.adapters``): its
+    promoted adapter, or a canary sharing ``canary_pct`` of the routing keys with
+    ``previous_name`` (the promoted one, or the base model when None). ``name`` is None
+    when the workflow only has an adapter in shadow."""
+
+    name: str | None
+    state: str | None                     # canary | promoted (None: shadow only)
+    canary_pct: int = 0
+    pool_id: int | None = None
+    replicas_loaded: tuple[int, ...] = ()
+    previous_name: str | None = None
+    previous_replicas_loaded: tuple[int, ...] = ()
+    shadow: ShadowEntry | None = None
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> AdapterEntry:
+        entry = super().from_json(raw)
+        return cls(entry.name, entry.state, int(entry.canary_pct or 0), entry.pool_id,
+                   tuple(int(r) for r in entry.replicas_loaded), entry.previous_name,
+                   tuple(int(r) for r in entry.previous_replicas_loaded),
+                   ShadowEntry.from_json(entry.shadow) if entry.shadow else None)
+
+
+@dataclass(frozen=True)
 class SnapshotData:
     """One snapshot as the control plane builds it and the gateway parses it."""
 
@@ -213,6 +255,7 @@ class SnapshotData:
     workflows: Mapping[str, WorkflowEntry]        # by "<tenant id>:<signature>"
     global_policy: Mapping[str, Any]
     version: int = 0
+    adapters: Mapping[str, AdapterEntry] = field(default_factory=dict)  # "<tenant>:<sig>"
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "version": self.version,
@@ -221,7 +264,8 @@ class SnapshotData:
                 "tiers": [t.to_json() for t in self.tiers],
                 "pools": {k: v.to_json() for k, v in self.pools.items()},
                 "workflows": {k: v.to_json() for k, v in self.workflows.items()},
-                "global_policy": dict(self.global_policy)}
+                "global_policy": dict(self.global_policy),
+                "adapters": {k: v.to_json() for k, v in self.adapters.items()}}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> SnapshotData:
@@ -236,7 +280,10 @@ class SnapshotData:
             workflows={k: WorkflowEntry.from_json(v)
                        for k, v in (raw.get("workflows") or {}).items()},
             global_policy=policy_schema.effective(raw.get("global_policy"), None),
-            version=int(raw.get("version") or 0))
+            version=int(raw.get("version") or 0),
+            # a snapshot from before adapters has none
+            adapters={k: AdapterEntry.from_json(v)
+                      for k, v in (raw.get("adapters") or {}).items()})
 
 
 class Snapshot:
@@ -250,6 +297,7 @@ class Snapshot:
         self.keys: Mapping[str, KeyEntry] = typed.keys
         self.pools: Mapping[str, PoolEntry] = typed.pools
         self.workflows: Mapping[str, WorkflowEntry] = typed.workflows
+        self.adapters: Mapping[str, AdapterEntry] = typed.adapters
         tiers = sorted(typed.tiers, key=lambda t: t.rank)
         self.all_tiers = tiers
         self.tiers = [t for t in tiers if t.enabled]
@@ -267,6 +315,9 @@ class Snapshot:
 
     def workflow(self, tenant_id: int, signature: str) -> WorkflowEntry | None:
         return self.workflows.get(f"{tenant_id}:{signature}")
+
+    def adapter(self, tenant_id: int, signature: str) -> AdapterEntry | None:
+        return self.adapters.get(f"{tenant_id}:{signature}") if self.adapters else None
 
     def replicas(self, tier: Mapping[str, Any]) -> list[ReplicaEntry]:
         pool = self.pools.get(str(tier.get("pool_id")))

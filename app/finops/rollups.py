@@ -14,6 +14,10 @@ rows by token share into ``gpu_cost_usd`` and moves their booked estimate into
 So a pool's cost for a month is exactly its GPU-hours x rate (idle hours included, as
 tenant 0), never that plus its token estimates. Without a rate for its GPU type the
 estimate stays the charge. ``cost_usd`` itself always equals the ledger's sum.
+
+Shadow rows (kind ``shadow``: an adapter's off-path runs, ``app.gateway.shadow``) are
+no tenant's spend: rollups, and so every report and budget built on them, leave them
+out, and so does the reconcile's ledger side.
 """
 from __future__ import annotations
 
@@ -120,7 +124,7 @@ def _hour_select(start: datetime, end: datetime):
         sum_if(sa.and_(is_request, L.cache != "miss"), L.baseline_cost_usd),
         sum_if(L.kind == "adjustment", L.cost_usd), sa.literal(0), *hist)
         .select_from(L).outerjoin(Tenant, Tenant.id == L.tenant_id)
-        .where(L.at >= start, L.at < end)
+        .where(L.at >= start, L.at < end, L.kind != "shadow")
         .group_by(bucket, L.tenant_id, department, L.tier, L.workflow, L.model))
 
 
@@ -280,7 +284,7 @@ def reconcile(period: str | tuple[datetime, datetime]) -> list[dict[str, Any]]:
     start, end = month_range(period) if isinstance(period, str) else period
     ledger: dict[int, dict[str, Decimal]] = {}
     stmt = (sa.select(LedgerEntry.tenant_id, *[expr for expr, _ in _CHECKED.values()])
-            .where(LedgerEntry.at >= start, LedgerEntry.at < end)
+            .where(LedgerEntry.at >= start, LedgerEntry.at < end, LedgerEntry.kind != "shadow")
             .group_by(LedgerEntry.tenant_id))
     for row in db.session.execute(stmt):
         ledger[row[0]] = {name: Decimal(row[i + 1] or 0) for i, name in enumerate(_CHECKED)}

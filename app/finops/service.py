@@ -240,7 +240,9 @@ def _post_webhook(url: str, alert: BudgetAlert, row: Budget, tenant: Tenant,
 def ledger_month_spend(period: str) -> dict[int, Decimal]:
     start, end = rollups.month_range(period)
     rows = db.session.execute(sa.select(LedgerEntry.tenant_id, sa.func.sum(LedgerEntry.cost_usd))
-                              .where(LedgerEntry.at >= start, LedgerEntry.at < end)
+                              .where(LedgerEntry.at >= start, LedgerEntry.at < end,
+                                     # shadow runs are never on a tenant's budget
+                                     LedgerEntry.kind != "shadow")
                               .group_by(LedgerEntry.tenant_id))
     return {t: Decimal(s or 0) for t, s in rows}
 

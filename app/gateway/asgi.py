@@ -24,6 +24,7 @@ from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
 from app.gateway.ledger_writer import LedgerWriter
+from app.gateway import shadow
 from app.contract.snapshot import SnapshotStore
 from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
@@ -190,6 +191,7 @@ class Gateway:
             self._sample_prompt(ctx)
         except Exception:  # noqa: BLE001 - the lint never fails the answer
             log.exception("request %s: lint sample failed", ctx.request_id)
+        shadow.offer(ctx, self.spawn, self.ledger.submit)  # an adapter in shadow, off the path
         if ctx.inflight_replica is not None:
             self.spawn(self.untrack_replica(ctx))
         if ctx.budget_reserved is not None:

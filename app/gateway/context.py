@@ -76,6 +76,7 @@ class RequestContext:
     tier: dict | None = None
     replica: dict | None = None
     routing_key: str | None = None          # S03's rendezvous key (session or static prefix)
+    adapter: str | None = None              # the LoRA adapter S04 asked for (app.gateway.adapters)
     inflight_replica: Any = None            # replica id counted in flight (released on book)
     failed_replicas: set = field(default_factory=set)
     escalated: bool = False
@@ -116,6 +117,7 @@ class RequestContext:
         o = int(usage.get("completion_tokens") or 0)
         self.attempts.append({"tier": (self.tier or {}).get("name"), "reason": reason,
                               "replica": (self.replica or {}).get("name"),
+                              "adapter": self.adapter,
                               "prompt_tokens": p, "cached_tokens": c, "completion_tokens": o,
                               "cost_usd": f"{tier_cost(self.tier or {}, None, p, c, o):f}"})
         self.usage = {}

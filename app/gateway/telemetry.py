@@ -50,6 +50,8 @@ class GatewayMetrics:
                                       "Config snapshot version in service", registry=r)
         self.ledger_backlog = Gauge("sluice_gateway_ledger_backlog",
                                     "Ledger events waiting to reach Redis", registry=r)
+        self.shadow_runs = Counter("sluice_gateway_shadow_runs", "Shadow runs of adapters "
+                                   "(app.gateway.shadow), by outcome", ["outcome"], registry=r)
         self.ledger_errors = Counter("sluice_gateway_ledger_write_errors",
                                      "Failed ledger stream writes (retried)", registry=r)
 
@@ -134,6 +136,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
             "route_reason": ctx.telemetry.get("route_reason"),
             "assigned_compute_tier": tier_name,
             "replica": (ctx.replica or {}).get("name"),
+            "adapter": ctx.adapter if served else None,
             "logprob_margin_confidence": ctx.margin,
             "cascade_fallback_triggered": ctx.escalated,
         },
@@ -173,5 +176,6 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
         "baseline_cost_usd": f"{baseline:f}", "escalated": ctx.escalated,
         "ttft_ms": record["token_and_latency_telemetry"]["time_to_first_token_ms"],
         "latency_ms": round(latency_ms, 3), "usage_source": record["usage_source"],
+        "adapter": (ctx.adapter or "") if served else "", "kind": "request",
         "payload": record,
     }

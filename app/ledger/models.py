@@ -19,12 +19,18 @@ class LedgerEntry(db.Model):
                       # the few counted rows, found without scanning the ledger
                       Index("ix_ledger_counted_at", "at",
                             postgresql_where=sa.text("usage_source = 'counted'"),
-                            sqlite_where=sa.text("usage_source = 'counted'")))
+                            sqlite_where=sa.text("usage_source = 'counted'")),
+                      # shadow verdicts per adapter (app.adapters.serving.shadow_rollup)
+                      Index("ix_ledger_shadow_adapter", "adapter",
+                            postgresql_where=sa.text("kind = 'shadow'"),
+                            sqlite_where=sa.text("kind = 'shadow'")))
 
     id: Mapped[int] = mapped_column(BigInteger().with_variant(db.Integer, "sqlite"),
                                     primary_key=True)
     request_id: Mapped[str] = mapped_column(String(64), unique=True)
-    kind: Mapped[str] = mapped_column(String(16), default="request")  # request | adjustment
+    # request | adjustment | shadow (an adapter's off-path run: never on a budget or a
+    # FinOps total, app.gateway.shadow)
+    kind: Mapped[str] = mapped_column(String(16), default="request")
     at = mapped_column(UTCDateTime, default=utcnow)
     tenant_id: Mapped[int] = mapped_column(index=True)
     workflow: Mapped[str] = mapped_column(String(64), default="")
@@ -44,5 +50,7 @@ class LedgerEntry(db.Model):
     # the engine's usage, so the gateway counted what it relayed (app.gateway.usage)
     usage_source: Mapped[str] = mapped_column(String(16), default="upstream",
                                               server_default="upstream")
+    # The LoRA adapter that generated the answer ("" for the base model)
+    adapter: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # The full seed-6.2-shaped telemetry record.
     payload: Mapped[dict] = mapped_column(JSON, default=dict)

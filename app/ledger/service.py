@@ -33,7 +33,9 @@ FEEDBACK_GROUP = "ledger-feedback"
 FEEDBACK_MAX_ATTEMPTS = 20
 _COLUMNS = ("request_id", "tenant_id", "workflow", "tier", "model", "status", "cache",
             "prompt_tokens", "cached_tokens", "completion_tokens", "escalated", "ttft_ms",
-            "latency_ms", "usage_source")
+            "latency_ms", "usage_source", "adapter")
+# The kinds a gateway books (adjustments are written by FinOps, never from the stream).
+_GATEWAY_KINDS = frozenset({"request", "shadow"})
 
 
 def consumer_name() -> str:
@@ -55,7 +57,8 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "escalated": bool, "ttft_ms": lambda v: None if v is None else float(v),
     "latency_ms": lambda v: None if v is None else float(v),
     "tier": lambda v: str(v)[:64], "model": lambda v: str(v)[:200],
-    "cache": lambda v: str(v)[:16], "usage_source": lambda v: str(v)[:16]}
+    "cache": lambda v: str(v)[:16], "usage_source": lambda v: str(v)[:16],
+    "adapter": lambda v: str(v or "")[:64]}
 
 
 def row_from_event(ev: LedgerEvent) -> dict[str, Any]:
@@ -64,7 +67,10 @@ def row_from_event(ev: LedgerEvent) -> dict[str, Any]:
     row["request_id"] = str(ev["request_id"])[:64]
     row["tenant_id"] = int(ev["tenant_id"])
     row["workflow"] = str(ev.get("workflow") or "")[:64]
-    row["kind"] = "request"
+    kind = ev.get("kind") or "request"
+    if kind not in _GATEWAY_KINDS:
+        raise ValueError(f"a gateway books no {kind!r} rows")
+    row["kind"] = kind
     row["cost_usd"] = Decimal(str(ev.get("cost_usd") or 0))
     row["baseline_cost_usd"] = Decimal(str(ev.get("baseline_cost_usd") or 0))
     row["at"] = datetime.fromisoformat(ev["at"]) if ev.get("at") else utcnow()

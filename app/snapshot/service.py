@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 def build_snapshot() -> dict[str, Any]:
     """The snapshot's JSON (``SnapshotData.to_json``) as of now, from SQL."""
+    from app.adapters.serving import snapshot_entries
     from app.catalog.models import Pool, Tier
     from app.contract import policy as schema
     from app.finops.prices import snapshot_schedules
@@ -57,7 +58,8 @@ def build_snapshot() -> dict[str, Any]:
         for w in db.session.scalars(db.select(Workflow))}
     return SnapshotData(tenants=tenants, keys=keys, tiers=tiers, pools=pools,
                         workflows=workflows,
-                        global_policy=schema.effective(global_policy, None)).to_json()
+                        global_policy=schema.effective(global_policy, None),
+                        adapters=snapshot_entries()).to_json()
 
 
 def publish() -> int:

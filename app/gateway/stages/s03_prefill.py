@@ -9,7 +9,8 @@ when the policy isolates its prefix cache. Live loads (in-flight counts of every
 gateway + scraped ``num_requests_waiting``) come from Redis (``app.contract.inflight``); with
 Redis out the choice is plain rendezvous. A failover before the first byte takes the
 next replica in HRW order. Fallback S03_LOCAL_PREFILL takes any live replica without
-affinity, or escalates when the tier has none left.
+affinity, or escalates when the tier has none left. A request a LoRA adapter serves
+(``app.gateway.adapters``) chooses only among the replicas that loaded it.
 
 The policy's ``replica_choice: round_robin`` replaces all that with plain round-robin over
 the healthy replicas (per gateway process, like a Kubernetes Service): the baseline that
@@ -22,6 +23,7 @@ import logging
 
 from app.contract.inflight import read_loads_async
 from app.core.rendezvous import sluice_choice
+from app.gateway import adapters
 from app.gateway.context import RequestContext
 from app.gateway.replicas import live_replicas, pick, routing_key, salt, views_of  # noqa: F401
 
@@ -45,7 +47,8 @@ async def _loads(ctx: RequestContext, ids: list) -> dict:
 
 
 async def run(ctx: RequestContext) -> str:
-    reps = live_replicas(ctx, healthy_only=True)
+    # a request served by a LoRA adapter goes to the replicas that loaded it
+    reps = adapters.replicas_for(ctx, live_replicas(ctx, healthy_only=True))
     if not reps:
         raise NoReplica(f"no healthy replica for tier {ctx.tier['name']}")
     if len(reps) == 1:
@@ -65,7 +68,7 @@ async def run(ctx: RequestContext) -> str:
 
 
 async def local_prefill(ctx: RequestContext) -> str:
-    reps = live_replicas(ctx, healthy_only=False)
+    reps = adapters.replicas_for(ctx, live_replicas(ctx, healthy_only=False))
     if not reps:
         ctx.last_error = ctx.last_error or NoReplica(f"tier {ctx.tier['name']} has no replica")
         return "S04_ESCALATE_TIER_UP"

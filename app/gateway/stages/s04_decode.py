@@ -3,15 +3,17 @@ has reached the client; when the tier has none left it raises, and the fallback
 S04_ESCALATE_TIER_UP moves to the next tier up the tenant may use (then S03 again).
 A non-retryable upstream answer (a 4xx about the request) is relayed as is.
 
-A routed tier-1/2 attempt is also judged on its logprob margin (``s04_margin``); a low
-margin books the attempt and goes to S04_MARGIN_ESCALATE (the next tier up, then S03)."""
+On tier 1, the body names the request's LoRA adapter when the replica loaded it
+(``app.gateway.adapters``; ``ctx.adapter``). A routed tier-1/2 attempt is also judged
+on its logprob margin (``s04_margin``); a low margin books the attempt and goes to
+S04_MARGIN_ESCALATE (the next tier up, then S03)."""
 from __future__ import annotations
 
 import logging
 
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway import replicas
+from app.gateway import adapters, replicas
 from app.gateway.stages import s04_margin
 from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
 
@@ -22,7 +24,10 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
     body = dict(ctx.upstream_body or ctx.body)
     if margin:
         s04_margin.ask_logprobs(body)
-    body["model"] = ctx.snapshot.served_model(ctx.tier)
+    ctx.adapter = adapters.adapter_for(ctx)
+    body["model"] = ctx.adapter or ctx.snapshot.served_model(ctx.tier)
+    if ctx.stream and adapters.shadow_for(ctx) is not None:
+        ctx.collect_stream = True  # the shadow run compares with the assembled answer
     if ctx.stream:
         # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
@@ -88,7 +93,8 @@ async def run(ctx: RequestContext) -> str:
             ctx.services.metrics.upstream_failure(ctx.tier["name"], exc.kind)
             ctx.telemetry.setdefault("retries", []).append(
                 {"tier": ctx.tier["name"], "replica": ctx.replica.get("name"), "error": exc.kind})
-            remaining = replicas.live_replicas(ctx, healthy_only=False)
+            remaining = adapters.replicas_for(ctx, replicas.live_replicas(ctx,
+                                                                          healthy_only=False))
             if not remaining:
                 raise
             ctx.replica = replicas.pick(ctx, remaining)

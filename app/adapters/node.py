@@ -1,0 +1,60 @@
+"""The node's side of a rollout (tasks ``adapters.load`` / ``adapters.unload`` on the
+pool's node queue): hot-(un)load an adapter on every serving replica of its pool and
+write what each engine answered into ``adapter.loaded`` ({replica id: "ok" | the
+error}). The gateway serves the adapter only on replicas marked "ok" (the snapshot's
+``replicas_loaded``), so a replica that failed is reported on the adapter and gets no
+adapter traffic. One commit, then the snapshot is published."""
+from __future__ import annotations
+
+import logging
+
+from app.adapters.models import Adapter
+from app.extensions import db
+from app.snapshot.service import publish_after_commit
+
+log = logging.getLogger(__name__)
+
+
+def _result_text(result: dict) -> str:
+    if result.get("ok"):
+        return "ok"
+    detail = (result.get("detail") or "").strip()
+    status = result.get("status")
+    return (f"HTTP {status}: {detail}" if status else detail or "failed")[:300]
+
+
+def load_adapter(adapter_id: int) -> dict[str, str]:
+    """Load ``adapter_id`` on its pool; returns {replica id: "ok" | error}."""
+    from workers.pools import driver
+    adapter = db.session.get(Adapter, adapter_id)
+    if adapter is None or adapter.pool_id is None or not adapter.artifact_path:
+        log.warning("adapter %s: nothing to load (no adapter, pool or artifact)", adapter_id)
+        return {}
+    results = driver.load_lora(adapter.pool_id, adapter.name, adapter.artifact_path)
+    loaded = {str(rid): _result_text(r) for rid, r in results.items()}
+    adapter.loaded = loaded
+    failed = {rid: text for rid, text in loaded.items() if text != "ok"}
+    adapter.error = ("load failed on replica " + ", ".join(
+        f"{rid}: {text}" for rid, text in sorted(failed.items())))[:2000] if failed else ""
+    if failed:
+        log.warning("adapter %s (%s): load failed on %s", adapter.id, adapter.name, failed)
+    db.session.commit()
+    publish_after_commit()
+    return loaded
+
+
+def unload_adapter(adapter_id: int) -> dict[str, str]:
+    """Unload ``adapter_id`` from its pool; replicas that unloaded leave ``loaded``, a
+    replica that failed keeps an "unload failed" note (not "ok": it is never routed)."""
+    from workers.pools import driver
+    adapter = db.session.get(Adapter, adapter_id)
+    if adapter is None or adapter.pool_id is None:
+        return {}
+    results = driver.unload_lora(adapter.pool_id, adapter.name)
+    out = {str(rid): _result_text(r) for rid, r in results.items()}
+    loaded = {rid: text for rid, text in (adapter.loaded or {}).items() if rid not in out}
+    loaded.update({rid: f"unload failed: {text}" for rid, text in out.items() if text != "ok"})
+    adapter.loaded = loaded
+    db.session.commit()
+    publish_after_commit()
+    return out
