@@ -14,8 +14,6 @@ HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy
                         "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
                         "upgrade"})
 # Never forwarded up: the tenant's Sluice key, our own controls, framing we recompute.
-_DROP_UP = frozenset({"host", "authorization", "content-length", "cookie", "accept-encoding",
-                      "x-request-id"})
 _DROP_DOWN = frozenset({"content-length", "content-encoding", "server", "date"})
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -26,10 +24,15 @@ def strip_hop_by_hop(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k not in HOP_BY_HOP and k not in listed}
 
 
+# Client headers that may reach an upstream: content negotiation and W3C trace context.
+# Nothing else: no header can pick an engine behaviour, an organisation or a project.
+FORWARDED_HEADERS = frozenset({"accept", "user-agent", "traceparent", "tracestate", "baggage"})
+
+
 def upstream_request_headers(client_headers: dict[str, str], request_id: str,
                              api_key: str | None) -> dict[str, str]:
     out = {k: v for k, v in strip_hop_by_hop(client_headers).items()
-           if k not in _DROP_UP and not k.startswith("x-sluice-")}
+           if k in FORWARDED_HEADERS}
     out["content-type"] = "application/json"
     out["accept-encoding"] = "identity"
     out["x-request-id"] = request_id

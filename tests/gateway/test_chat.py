@@ -77,8 +77,11 @@ def test_auto_sends_a_new_workflow_to_the_frontier_with_the_upstream_key(world, 
 
 
 def test_upstream_never_sees_the_tenant_key_or_hop_by_hop_headers(world, fake_replicas):
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     headers = {"authorization": f"Bearer {world.key}", "connection": "keep-alive, x-secret-hop",
-               "x-secret-hop": "1", "keep-alive": "timeout=5", "x-app-trace": "abc"}
+               "x-secret-hop": "1", "keep-alive": "timeout=5", "x-app-trace": "abc",
+               "traceparent": trace, "openai-organization": "org-theirs",
+               "x-data-parallel-rank": "0"}
     r = httpx.post(world.base_url + "/chat/completions", headers=headers, timeout=30,
                    json={"model": "tier-1", "messages": MSGS})
     assert r.status_code == 200
@@ -89,7 +92,10 @@ def test_upstream_never_sees_the_tenant_key_or_hop_by_hop_headers(world, fake_re
     h = last[0]["last_headers"]
     assert "authorization" not in h and world.key not in str(h)
     assert "x-secret-hop" not in h and "keep-alive" not in h
-    assert h["x-app-trace"] == "abc"
+    # an allowlist (security finding 7): trace context passes, nothing else of the client's
+    assert h["traceparent"] == trace
+    assert "x-app-trace" not in h and "openai-organization" not in h
+    assert "x-data-parallel-rank" not in h
     assert last[0]["last_body"]["model"] == "tiny-served"
 
 
