@@ -8,6 +8,17 @@ import orjson
 from app.gateway.errors import bad_request
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+# The request fields a client may send: OpenAI's chat completion parameters, and the
+# sampling extras vLLM accepts. Engine-only fields (cache_salt, priority, chat_template,
+# kv_transfer_params, structured_outputs, guided_*, ...) are set by the gateway from
+# policy and never taken from a client (security finding 7).
+CLIENT_FIELDS = frozenset({
+    "model", "messages", "frequency_penalty", "logit_bias", "logprobs", "top_logprobs",
+    "max_tokens", "max_completion_tokens", "n", "presence_penalty", "response_format",
+    "seed", "stop", "stream", "stream_options", "temperature", "top_p", "tools",
+    "tool_choice", "parallel_tool_calls", "user", "functions", "function_call", "metadata",
+    "store", "reasoning_effort", "modalities", "prediction", "service_tier",
+    "top_k", "min_p", "repetition_penalty", "min_tokens", "stop_token_ids", "ignore_eos"})
 MAX_DEPTH = 64   # response_format / tools nesting (a schema is walked recursively)
 _NUMBERS = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0),
             "presence_penalty": (-2.0, 2.0), "frequency_penalty": (-2.0, 2.0)}
@@ -85,6 +96,10 @@ def _depth(value: Any, limit: int) -> int:
 
 def check_chat_body(body: dict[str, Any], max_tokens_cap: int) -> None:
     """Raise a 400 GatewayError for the first invalid field; clamps max tokens to the cap."""
+    unknown = sorted(k for k in body if k not in CLIENT_FIELDS)
+    if unknown:
+        raise bad_request(f"Unrecognized request argument supplied: {unknown[0]}", unknown[0],
+                          "unrecognized_argument")
     model = body.get("model")
     if model is None:
         raise bad_request("Missing required parameter: 'model'.", "model",
