@@ -56,9 +56,9 @@ def register_extensions(app: Flask) -> None:
     login_manager.login_message_category = "info"
 
     @login_manager.user_loader
-    def load_user(user_id: str):
-        from app.auth.models import User
-        return db.session.get(User, int(user_id))
+    def load_user(session_id: str):
+        from app.auth.service import user_for_session
+        return user_for_session(session_id)
 
     from app import headers
     headers.init_app(app)

@@ -41,8 +41,13 @@ class User(UserMixin, db.Model):
     active: Mapped[bool] = mapped_column(default=True)
     created_at = mapped_column(UTCDateTime, default=utcnow)
     last_login_at = mapped_column(UTCDateTime, nullable=True)
+    # Bumped by sign-out and password change: sessions signed with an older value end.
+    session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     tenant = relationship("Tenant", foreign_keys=[tenant_id])
+
+    def get_id(self) -> str:  # Flask-Login: what the session cookie names
+        return f"{self.id}.{self.session_epoch}"
 
     @property
     def is_active(self) -> bool:  # Flask-Login

@@ -40,6 +40,21 @@ def _dummy_hash() -> str:
     return hash_password(secrets.token_urlsafe(16))
 
 
+def user_for_session(session_id: str) -> User | None:
+    """The user a session cookie names ("<id>.<epoch>"), while that epoch is current: a
+    sign-out or a password change bumps it and ends every older session."""
+    uid, _, epoch = str(session_id).partition(".")
+    if not uid.isdigit() or not epoch.isdigit():
+        return None
+    user = db.session.get(User, int(uid))
+    return user if user is not None and user.session_epoch == int(epoch) else None
+
+
+def end_sessions(user: User) -> None:
+    """End every session of ``user`` (the caller commits)."""
+    user.session_epoch = (user.session_epoch or 0) + 1
+
+
 def user_for_token(token: str, addr: str = "") -> User | None:
     """The active user of an admin token, or None; bad tokens count against the client
     address (TooManyAttempts once it is locked)."""
@@ -122,6 +137,7 @@ def update_user(actor, user_id: int, data: dict) -> User:
     before = user.to_dict()
     if "password" in clean:
         user.password_hash = hash_password(clean.pop("password"))
+        end_sessions(user)
     if "email" in clean and clean["email"] != user.email and db.session.scalar(
             db.select(User).where(User.email == clean["email"])):
         raise Conflict("a user with this email exists", {"email": ["is already taken"]})

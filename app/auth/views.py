@@ -2,7 +2,8 @@
 console pages (``bp``) and the admin API under ``/api/v1`` (``api_bp``)."""
 from __future__ import annotations
 
-from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template, request, url_for
+from flask import (Blueprint, abort, flash, g, jsonify, redirect, render_template, request,
+                   session, url_for)
 from flask_login import current_user, login_required, login_user, logout_user
 
 from app.api.views import api_auth, body
@@ -45,6 +46,7 @@ def login():
     if user is None:
         flash("Wrong email or password.", "error")
         return render_template("auth/login.html", form=form), 401
+    session.clear()   # a new session: nothing set before sign-in carries over
     login_user(user)
     return redirect(_safe_next(request.args.get("next")))
 
@@ -52,7 +54,11 @@ def login():
 @bp.route("/logout", methods=["POST"])
 @login_required
 def logout():
+    user = db.session.get(User, current_user.id)
+    service.end_sessions(user)   # this browser's session and every other one end
+    db.session.commit()
     logout_user()
+    session.clear()
     flash("Signed out.", "info")
     return redirect(url_for("auth.login"))
 
