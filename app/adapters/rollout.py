@@ -18,6 +18,7 @@ from app.adapters import service, states
 from app.adapters.models import Adapter
 from app.errors import ValidationError
 from app.extensions import db
+from app.snapshot.service import publish_after_commit
 
 
 def _send_lora(adapter: Adapter, action: str) -> None:
@@ -36,6 +37,27 @@ def serving_for(tenant_id: int, workflow: str, *, exclude: int | None = None) ->
     if exclude is not None:
         q = q.where(Adapter.id != exclude)
     return db.session.scalars(q.order_by(Adapter.id.desc())).first()
+
+
+def shadow(user, adapter_id: int, comment: str = "") -> Adapter:
+    """Candidate -> shadow, and the hot-load on its pool's node (whose ``load_adapter``
+    publishes the snapshot that lets gateways shadow it)."""
+    adapter = service.get_adapter(user, adapter_id)
+    service.transition(user, adapter, "shadow", comment)
+    _send_lora(adapter, "load")
+    return adapter
+
+
+def retire(user, adapter_id: int, comment: str = "") -> Adapter:
+    """Retire an adapter nobody serves; one in shadow is also unloaded, and the snapshot
+    published at once so gateways stop shadowing it."""
+    adapter = service.get_adapter(user, adapter_id)
+    was = adapter.state
+    service.transition(user, adapter, "retire", comment)
+    if was == states.SHADOW:
+        _send_lora(adapter, "unload")
+        publish_after_commit()
+    return adapter
 
 
 def approve(user, adapter_id: int, comment: str = "") -> Adapter:

@@ -4,8 +4,7 @@
   AdapterEntry`` per tenant workflow): the canary (sharing its routing keys with the
   promoted adapter it would replace) or else the promoted adapter, each with the
   replicas where the engine loaded it, plus the workflow's adapter in shadow.
-- ``start_shadow``: candidate -> shadow, and the hot-load on its pool (a shadow run
-  needs the adapter on a tier-1 replica).
+- (starting a shadow run, with its hot-load, is ``app.adapters.rollout.shadow``)
 - ``shadow_rollup`` (task ``adapters.shadow_rollup``): the ledger's shadow rows (kind
   ``shadow``, one per shadowed request, ``payload.agreed``) counted per adapter into
   ``adapter.shadow`` = {requests, agreed, concordance, ci_low, ci_high} (Wilson 95%);
@@ -73,16 +72,6 @@ def snapshot_entries() -> dict[str, AdapterEntry]:
             shadow=ShadowEntry(shadow.name, sample_pct(shadow), shadow.pool_id,
                                loaded_replicas(shadow)) if shadow else None)
     return out
-
-
-def start_shadow(user, adapter_id: int, comment: str = "") -> Adapter:
-    """Candidate -> shadow, then the hot-load on its pool's node; the node's
-    ``load_adapter`` publishes the snapshot that lets gateways shadow it."""
-    from app.adapters import rollout, service
-    adapter = service.get_adapter(user, adapter_id)
-    service.transition(user, adapter, "shadow", comment)
-    rollout._send_lora(adapter, "load")  # same package: the rollout's queueing
-    return adapter
 
 
 # --- the shadow gate --------------------------------------------------------------------

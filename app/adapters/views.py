@@ -20,8 +20,8 @@ bp = Blueprint("adapters", __name__)
 api_bp = Blueprint("adapters_api", __name__)
 
 STATES = sorted({s for allowed, to, _ in states.TRANSITIONS.values() for s in (*allowed, to)})
-ROLLOUT_EVENTS = ("approve", "reject", "advance", "promote", "rollback")
-TRANSITION_EVENTS = ("shadow", "submit", "retire")
+ROLLOUT_EVENTS = ("approve", "reject", "advance", "promote", "rollback", "shadow", "retire")
+TRANSITION_EVENTS = ("submit",)
 LABELS = {"approve": "Approve", "reject": "Reject", "advance": "Next canary step",
           "promote": "Promote", "rollback": "Roll back", "cancel": "Cancel training",
           "shadow": "Start shadow", "submit": "Submit for approval", "retire": "Retire"}
