@@ -42,6 +42,8 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_POOLS_ADVERTISE_HOST": ("POOLS_ADVERTISE_HOST", str),
     "SLUICE_BUDGET_WEBHOOK_URL": ("BUDGET_WEBHOOK_URL", str),
     "SLUICE_WEBHOOK_ALLOWED_HOSTS": ("WEBHOOK_ALLOWED_HOSTS", str),
+    "SLUICE_ADAPTERS_DIR": ("ADAPTERS_DIR", str),
+    "SLUICE_ADAPTERS_TRAIN_QUEUE": ("ADAPTERS_TRAIN_QUEUE", str),
 }
 
 INSECURE_KEYS = {"", "dev", "dev-insecure-key", "change-me", "test"}
@@ -121,6 +123,18 @@ class Config:
     POOLS_HEALTH_FAILURES = 2       # failed health checks before a replica is down
     POOLS_STATS_TTL_S = 30          # live replica stats in Redis expire after this
     POOLS_METRICS_RETENTION_H = 48  # ReplicaMetric rows kept this long
+    # LoRA flywheel (app.adapters): the gateway samples this share of successful frontier
+    # answers of a workflow into a Redis stream capped at ADAPTER_TRACE_MAXLEN entries
+    # (approximate); the adapters.drain_traces task moves them into adapter_traces.
+    ADAPTER_TRACE_SAMPLE = 1.0
+    ADAPTER_TRACE_MAXLEN = 100_000
+    ADAPTER_TRACE_BATCH_SIZE = 500  # traces the drain commits per transaction
+    # Frozen datasets (datasets/<sha256>.jsonl) and content-addressed adapter artifacts
+    # (artifacts/<sha256>/) live under this folder; workers and nodes must share it.
+    ADAPTERS_DIR = str(VAR / "adapters")
+    ADAPTERS_TRAIN_QUEUE = "training"   # Celery queue of adapters.train (a worker with -Q training)
+    ADAPTERS_EVAL_MAX_NEW_TOKENS = 256  # offline evaluation: most tokens generated per sample
+    ADAPTERS_EVAL_BATCH = 16            # offline evaluation: prompts generated together
     # Shadow evaluation: share of eligible answers a shadow adapter also answers, shadow
     # calls in flight per gateway process at most, verdicts before the approval gate
     ADAPTERS_SHADOW_SAMPLE_PCT = 10.0
@@ -134,6 +148,10 @@ class DevConfig(Config):
 
 class TestConfig(Config):
     TESTING = True
+    # The test session's one worker listens on "default" (tests/conftest.py celery_worker)
+    ADAPTERS_TRAIN_QUEUE = "default"
+    # Outside the repository; the test process and its worker subprocess share it.
+    ADAPTERS_DIR = "/tmp/sluice-test-adapters"
     WTF_CSRF_ENABLED = True  # tests prove CSRF; they fetch tokens like a browser
     SQLALCHEMY_DATABASE_URI = "sqlite://"
 

@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from app.core import minify_compact
-from app.gateway import handlers
+from app.gateway import handlers, traces
 from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
@@ -191,6 +191,7 @@ class Gateway:
             self._sample_prompt(ctx)
         except Exception:  # noqa: BLE001 - the lint never fails the answer
             log.exception("request %s: lint sample failed", ctx.request_id)
+        traces.offer(ctx, self.spawn)  # a frontier answer the LoRA flywheel may learn from
         shadow.offer(ctx, self.spawn, self.ledger.submit)  # an adapter in shadow, off the path
         if ctx.inflight_replica is not None:
             self.spawn(self.untrack_replica(ctx))

@@ -2,6 +2,21 @@
 from celery import shared_task
 
 
+@shared_task(name="adapters.train")
+def train(adapter_id: int) -> dict:
+    """Train, store and evaluate an adapter, then make it a candidate (queue
+    ADAPTERS_TRAIN_QUEUE; safe to run again after a worker died)."""
+    from app.adapters.training import train_adapter
+    return train_adapter(adapter_id)
+
+
+@shared_task(name="adapters.drain_traces")
+def drain_traces(max_batches: int = 20) -> int:
+    """Move the gateway's trace stream into adapter_traces; returns traces written."""
+    from app.adapters.traces import drain_traces as drain
+    return drain(max_batches=max_batches)
+
+
 # --- serving (node queue pool.<node>: sent by app.adapters.rollout) and the shadow gate ---
 @shared_task(name="adapters.load", ignore_result=False)
 def load(adapter_id: int) -> dict:
