@@ -39,6 +39,21 @@ def serving_for(tenant_id: int, workflow: str, *, exclude: int | None = None) ->
     return db.session.scalars(q.order_by(Adapter.id.desc())).first()
 
 
+# Decisions that must say why.
+_COMMENT_NEEDED = {"approve": "an approval needs a comment",
+                   "reject": "a rejection needs a comment"}
+
+
+def _checked(user, adapter_id: int, event: str, comment: str) -> Adapter:
+    """The adapter, once the table and ``user`` allow ``event`` on it (and a comment is
+    given where one is needed): checked before anything about it changes."""
+    adapter = service.get_adapter(user, adapter_id)
+    service.authorize(user, adapter, event)
+    if event in _COMMENT_NEEDED and not comment.strip():
+        raise ValidationError("say why", {"comment": [_COMMENT_NEEDED[event]]})
+    return adapter
+
+
 def shadow(user, adapter_id: int, comment: str = "") -> Adapter:
     """Candidate -> shadow, and the hot-load on its pool's node (whose ``load_adapter``
     publishes the snapshot that lets gateways shadow it)."""
@@ -61,10 +76,7 @@ def retire(user, adapter_id: int, comment: str = "") -> Adapter:
 
 
 def approve(user, adapter_id: int, comment: str = "") -> Adapter:
-    adapter = service.get_adapter(user, adapter_id)
-    service.authorize(user, adapter, "approve")
-    if not comment.strip():
-        raise ValidationError("say why", {"comment": ["an approval needs a comment"]})
+    adapter = _checked(user, adapter_id, "approve", comment)
     current = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
     adapter.previous_adapter_id = current.id if current else None
     adapter.canary_pct = states.CANARY_STEPS[0]
@@ -75,17 +87,13 @@ def approve(user, adapter_id: int, comment: str = "") -> Adapter:
 
 
 def reject(user, adapter_id: int, comment: str = "") -> Adapter:
-    adapter = service.get_adapter(user, adapter_id)
-    service.authorize(user, adapter, "reject")
-    if not comment.strip():
-        raise ValidationError("say why", {"comment": ["a rejection needs a comment"]})
+    adapter = _checked(user, adapter_id, "reject", comment)
     return service.transition(user, adapter, "reject", comment)
 
 
 def advance(user, adapter_id: int, comment: str = "") -> Adapter:
     """The next canary step; the last one promotes."""
-    adapter = service.get_adapter(user, adapter_id)
-    service.authorize(user, adapter, "advance")
+    adapter = _checked(user, adapter_id, "advance", comment)
     steps = [s for s in states.CANARY_STEPS if s > adapter.canary_pct]
     if adapter.state != states.CANARY or steps[:1] == [100] or not steps:
         return promote(user, adapter_id, comment)
@@ -95,8 +103,7 @@ def advance(user, adapter_id: int, comment: str = "") -> Adapter:
 
 
 def promote(user, adapter_id: int, comment: str = "") -> Adapter:
-    adapter = service.get_adapter(user, adapter_id)
-    service.authorize(user, adapter, "promote")
+    adapter = _checked(user, adapter_id, "promote", comment)
     previous = serving_for(adapter.tenant_id, adapter.workflow, exclude=adapter.id)
     adapter.canary_pct = 100
     service.transition(user, adapter, "promote", comment, data={"canary_pct": 100},
@@ -109,8 +116,7 @@ def promote(user, adapter_id: int, comment: str = "") -> Adapter:
 
 
 def rollback(user, adapter_id: int, comment: str = "") -> Adapter:
-    adapter = service.get_adapter(user, adapter_id)
-    service.authorize(user, adapter, "rollback")
+    adapter = _checked(user, adapter_id, "rollback", comment)
     previous = db.session.get(Adapter, adapter.previous_adapter_id) \
         if adapter.previous_adapter_id else None
     was = adapter.state

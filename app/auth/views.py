@@ -81,16 +81,8 @@ def user_new():
     values = {"email": "", "role": "viewer", "tenant_id": "", "active": True}
     if request.method == "POST":
         values = form_data("email", "role", "tenant_id", "password")
-        try:
-            user = service.create_user(current_user, values)
-        except ServiceError as exc:
-            if not exc.errors:
-                raise
-            values.pop("password")
-            return render_errors("console/user_form.html", exc, values=values, **_context(None))
-        flash(f"User {user.email} created.", "success")
-        return redirect(url_for("auth.users"))
-    return render_template("console/user_form.html", values=values, errors={}, **_context(None))
+    return _user_form(None, values, lambda: service.create_user(current_user, values),
+                      "created")
 
 
 @bp.route("/users/<int:user_id>/edit", methods=["GET", "POST"])
@@ -105,16 +97,25 @@ def user_edit(user_id: int):
     if request.method == "POST":
         values = form_data("email", "role", "tenant_id", "password") | {
             "active": checkbox("active")}
-        try:
-            service.update_user(current_user, user.id, values)
-        except ServiceError as exc:
-            if not exc.errors:
-                raise
-            values.pop("password")
-            return render_errors("console/user_form.html", exc, values=values, **_context(user))
-        flash(f"User {user.email} saved.", "success")
-        return redirect(url_for("auth.users"))
-    return render_template("console/user_form.html", values=values, errors={}, **_context(user))
+    return _user_form(user, values, lambda: service.update_user(current_user, user.id, values),
+                      "saved")
+
+
+def _user_form(user: User | None, values: dict, save, done: str):
+    """The user form: shown on GET; on POST ``save()``, then back to the list, or the form
+    again with the field errors (never the password typed)."""
+    if request.method != "POST":
+        return render_template("console/user_form.html", values=values, errors={},
+                               **_context(user))
+    try:
+        saved = save()
+    except ServiceError as exc:
+        if not exc.errors:
+            raise
+        values.pop("password")
+        return render_errors("console/user_form.html", exc, values=values, **_context(user))
+    flash(f"User {saved.email} {done}.", "success")
+    return redirect(url_for("auth.users"))
 
 
 @bp.route("/tokens", methods=["GET", "POST"])
