@@ -98,6 +98,9 @@ class Config:
     # names, e.g. an internal alert relay)
     WEBHOOK_ALLOWED_HOSTS = ""
     LEDGER_BATCH_SIZE = 500         # ledger events the drain commits per transaction
+    # New workflows a tenant's traffic may create; past it, unknown X-Sluice-Workflow values
+    # are counted under "other" (every workflow is in every gateway's snapshot)
+    WORKFLOWS_PER_TENANT_MAX = 500
     SNAPSHOT_PUBLISH = True         # False: changes do not publish a snapshot (tests)
     LOG_LEVEL = "INFO"
     CELERY: dict[str, Any] = {}     # overrides of app.celery_binding's settings

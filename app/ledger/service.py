@@ -110,7 +110,7 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, lis
     """Ensure workflows and insert rows in the open transaction; returns
     (rows inserted, workflows created, bad entries, (tenant_id, request_id) of every row)."""
     from app.tenants.models import Tenant
-    from app.workflows.service import ensure_workflows
+    from app.workflows.service import OVERFLOW, admit_workflows
 
     rows: dict[str, dict] = {}
     names: dict[tuple[int, str], str] = {}
@@ -140,7 +140,11 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, lis
     tenants = {t for t, _ in names}
     live = set(db.session.scalars(db.select(Tenant.id).where(Tenant.id.in_(tenants)))) \
         if tenants else set()
-    created = ensure_workflows({p for p in names if p[0] in live}, names)
+    created, refused = admit_workflows({p for p in names if p[0] in live}, names,
+                                       int(current_app.config["WORKFLOWS_PER_TENANT_MAX"]))
+    for row in rows.values():
+        if (row["tenant_id"], row["workflow"]) in refused:
+            row["workflow"] = OVERFLOW
     booked = [(row["tenant_id"], row["request_id"]) for row in rows.values()]
     return _insert_ignore(list(rows.values())), created, bad, booked
 

@@ -46,6 +46,33 @@ def ensure_workflows(pairs: set[tuple[int, str]], names: dict[tuple[int, str], s
     return _insert_ignore(rows)
 
 
+OVERFLOW = "other"   # where a tenant's traffic beyond its workflow cap is counted
+
+
+def admit_workflows(pairs: set[tuple[int, str]], names: dict[tuple[int, str], str],
+                    cap: int) -> tuple[int, set[tuple[int, str]]]:
+    """``ensure_workflows`` within a cap per tenant: a tenant that already has ``cap``
+    workflows gets no new one (each would grow every gateway's snapshot: a client can
+    invent X-Sluice-Workflow values at will); those pairs are returned, to be counted
+    under OVERFLOW. Returns (created, refused)."""
+    tenants = {t for t, _ in pairs}
+    have = dict(db.session.execute(
+        db.select(Workflow.tenant_id, db.func.count()).where(Workflow.tenant_id.in_(tenants))
+        .group_by(Workflow.tenant_id)).all()) if tenants else {}
+    known = {(t, sig) for t, sig in db.session.execute(
+        db.select(Workflow.tenant_id, Workflow.signature).where(
+            Workflow.tenant_id.in_(tenants)))} if tenants else set()
+    admitted, refused = set(), set()
+    for t, sig in sorted(pairs - known):
+        if sig != OVERFLOW and have.get(t, 0) >= cap:
+            refused.add((t, sig))
+            continue
+        admitted.add((t, sig))
+        have[t] = have.get(t, 0) + 1
+    admitted |= {(t, OVERFLOW) for t, _ in refused}
+    return ensure_workflows(admitted, names), refused
+
+
 def ensure_workflow(tenant_id: int, signature: str, name: str = "", *,
                     commit: bool = True) -> Workflow:
     """The workflow for (tenant, signature), created if new. Idempotent."""
