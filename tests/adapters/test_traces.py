@@ -44,6 +44,9 @@ def _event(rid: str, tenant_id: int, **kw) -> dict:
 
 def test_drain_is_idempotent_and_drops_malformed_entries(app, redis_client):
     stream = keys().trace_stream()
+    drain_traces()   # what earlier tests' gateway requests left on the stream
+    db.session.execute(db.delete(AdapterTrace))
+    db.session.commit()
     for ev in (_event("req_t1", 7), _event("req_t2", 7), _event("req_t1", 7, answer="again")):
         redis_client.xadd(stream, {"e": orjson.dumps(ev)})
     redis_client.xadd(stream, {"e": b"{not json"})
