@@ -105,3 +105,15 @@ def test_frontier_answers_of_a_workflow_become_scrubbed_traces(world):
     db.session.commit()
     assert _trace(rid).verdict == "fail"
     assert count_usable(world.tenant.id, trace.workflow) == 0
+
+
+def test_a_streamed_frontier_answer_becomes_a_trace_too(world):
+    """Streams at the default temperature skip the cache, which was the only reason the
+    relay assembled an answer: the flywheel asks for it itself."""
+    stream = world.client().chat.completions.with_raw_response.create(
+        model="tier-3", stream=True,
+        messages=[SYSTEM, {"role": "user", "content": "Order B7 for 3 nuts"}])
+    rid = stream.headers["x-sluice-request-id"]
+    text = "".join(c.choices[0].delta.content or "" for c in stream.parse() if c.choices)
+    trace = wait_for(lambda: _trace(rid), what="the streamed answer's trace")
+    assert trace.answer == text == "Echo: Order B7 for 3 nuts"
