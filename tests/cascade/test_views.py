@@ -8,7 +8,7 @@ from tests.cascade.helpers import traces
 
 def login(client, user):
     with client.session_transaction() as s:
-        s["_user_id"] = str(user.id)
+        s["_user_id"] = user.get_id()  # "<id>.<session epoch>"
         s["_fresh"] = True
 
 

@@ -74,7 +74,7 @@ def test_a_request_through_the_gateway_shows_up_in_the_lint(app, client, gateway
                - r["tokens_lost_per_request"] * r["requests_per_day"]) <= r["prompt_tokens"]
 
     with client.session_transaction() as s:
-        s["_user_id"] = str(UserFactory(role="viewer", tenant=w.tenant).id)
+        s["_user_id"] = UserFactory(role="viewer", tenant=w.tenant).get_id()
         s["_fresh"] = True
     page = client.get("/routing/").text
     assert "invoice-bot" in page and "2026-12-03T10:15:00Z" in page

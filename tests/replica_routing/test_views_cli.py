@@ -11,7 +11,7 @@ from tests.factories import TenantFactory, UserFactory
 
 def login(client, user):
     with client.session_transaction() as s:
-        s["_user_id"] = str(user.id)
+        s["_user_id"] = user.get_id()  # "<id>.<session epoch>"
         s["_fresh"] = True
 
 
