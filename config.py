@@ -143,6 +143,8 @@ class Config:
     ADAPTERS_SHADOW_SAMPLE_PCT = 10.0
     ADAPTERS_SHADOW_MAX_INFLIGHT = 8
     ADAPTERS_SHADOW_MIN_REQUESTS = 200
+    # cost per 1k requests "before" on the adapter page: the workflow's ledger over this window
+    ADAPTERS_COST_WINDOW_DAYS = 7
 
 
 class DevConfig(Config):

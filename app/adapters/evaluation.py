@@ -119,6 +119,10 @@ def evaluate_offline(base_path: str | Path, adapter_dir: str | Path, heldout: li
     ours = conc.concordance(m for _, m in scored)
     theirs = conc.concordance(m for _, m in base_scored)
     n = len(heldout)
+    prompt_tokens = sum(len(tok.encode(chat_prompt(tok, r["messages"]), add_special_tokens=False))
+                        for r in heldout) / n
+    reference_tokens = sum(len(tok.encode(r["answer"], add_special_tokens=False))
+                           for r in heldout) / n
     return {
         "n": n, "metric": max(set(metrics), key=metrics.count),
         "concordance": ours["concordance"], "ci_low": ours["ci_low"], "ci_high": ours["ci_high"],
@@ -127,6 +131,7 @@ def evaluate_offline(base_path: str | Path, adapter_dir: str | Path, heldout: li
         "score": sum(s for s, _ in scored) / n, "base_score": sum(s for s, _ in base_scored) / n,
         "latency_ms": round(seconds * 1000 / n, 2), "tokens": sum(tokens) / n,
         "base_tokens": sum(base_tokens) / n,
+        "prompt_tokens": prompt_tokens, "reference_tokens": reference_tokens,
         "samples": [{"prompt": _last_user(r["messages"]), "reference": r["answer"],
                      "candidate": a, "base": b, "match": m}
                     for r, a, b, (_, m) in list(zip(heldout, answers, base_answers,

@@ -28,6 +28,7 @@ import shutil
 import time
 import uuid
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -360,6 +361,53 @@ def _stopped(adapter_id: int, why: str, error: str = "") -> dict[str, Any]:
     return {"adapter_id": adapter_id, "state": adapter.state, "stopped": why}
 
 
+def _per_1k(per_request: Decimal) -> str:
+    return str((per_request * 1000).quantize(Decimal("0.000001")))
+
+
+def cost_per_1k(adapter: Adapter, offline: dict[str, Any]) -> dict[str, Any]:
+    """What 1k of the workflow's requests cost before and with the adapter (USD strings
+    to the micro-dollar).
+
+    Before: the workflow's own ledger (its requests over ``ADAPTERS_COST_WINDOW_DAYS``:
+    what its route costs today, cache hits and escalations included); a workflow with
+    no ledger rows yet is priced as all-frontier at the held-out tokens. After: the
+    adapter's tier at the held-out prompt tokens and the tokens the adapter generated."""
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from app.catalog.models import Tier
+    from app.core.pricing import tier_cost
+    from app.finops.prices import price_schedules
+    from app.ledger.models import LedgerEntry as L
+    since = datetime.now(timezone.utc) - timedelta(
+        days=int(current_app.config["ADAPTERS_COST_WINDOW_DAYS"]))
+    n, total = db.session.execute(
+        sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(L.cost_usd), 0))
+        .where(L.kind == "request", L.tenant_id == adapter.tenant_id,
+               L.workflow == adapter.workflow, L.at >= since)).one()
+    prompt = round(float(offline.get("prompt_tokens") or 0))
+    tiers = list(db.session.scalars(db.select(Tier).where(Tier.enabled.is_(True))
+                                    .order_by(Tier.rank)))
+    ours = next((t for t in tiers if t.pool_id == adapter.pool_id), tiers[0] if tiers else None)
+    priced = price_schedules()   # each tier at the price in force now (dated changes)
+    out: dict[str, Any] = {}
+    if n:
+        out["cost_per_1k_before"] = _per_1k(Decimal(str(total)) / n)
+        out["cost_before_source"] = f"ledger: {n} requests in {since:%Y-%m-%d}..today"
+    elif tiers:
+        out["cost_per_1k_before"] = _per_1k(tier_cost(
+            priced[tiers[-1].name], None, prompt, 0,
+            round(float(offline.get("reference_tokens") or 0))))
+        out["cost_before_source"] = f"no ledger rows yet: all on {tiers[-1].name} at the " \
+                                    f"held-out tokens"
+    if ours is not None:
+        out["cost_per_1k_after"] = _per_1k(tier_cost(
+            priced[ours.name], None, prompt, 0, round(float(offline.get("tokens") or 0))))
+    return out
+
+
 def train_adapter(adapter_id: int) -> dict[str, Any]:
     """The ``adapters.train`` task (idempotent under redelivery; see the module docstring)."""
     adapter = db.session.get(Adapter, adapter_id)
@@ -390,7 +438,7 @@ def train_adapter(adapter_id: int) -> dict[str, Any]:
                                    batch=int(cfg["ADAPTERS_EVAL_BATCH"]))
         if _locked(adapter).state != states.TRAINING:
             raise _Cancelled()
-        adapter.offline = offline
+        adapter.offline = {**offline, **cost_per_1k(adapter, offline)}
         adapter.progress = {**(adapter.progress or {}), "phase": "done"}
         service.transition(service.SYSTEM, adapter, "trained",
                            f"offline concordance {offline['concordance']:.3f} "

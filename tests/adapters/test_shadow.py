@@ -161,22 +161,25 @@ def test_failed_shadow_run_changes_nothing_for_the_client(app, sworld):
     assert [r.kind for r in rows] == ["request"]
 
 
-def _quiet(w) -> None:
-    """No shadow event follows the request's own."""
-    written = health(w.gateway)["ledger_written"]
+def _post_alone(w, prompt: str, **kw) -> None:
+    """Post, wait for the request's own ledger event, then check no shadow event follows it.
+
+    The gateway writes ledger events shortly after answering (the writer batches), so the count is
+    taken before the request and awaited to grow by exactly the request's own event first."""
+    before = health(w.gateway)["ledger_written"]
+    _post(w, prompt, **kw)
+    wait_for(lambda: health(w.gateway)["ledger_written"] >= before + 1, what="the request's event")
     time.sleep(0.5)
-    assert health(w.gateway)["ledger_written"] == written
+    assert health(w.gateway)["ledger_written"] == before + 1
 
 
 def test_tier_one_answers_and_unsampled_requests_are_not_shadowed(app, sworld):
     adapter = _shadow_adapter(sworld, [r.id for r in sworld.pool.replicas])
-    _post(sworld, "answered by tier one", model="tier-1")
-    _quiet(sworld)
+    _post_alone(sworld, "answered by tier one", model="tier-1")
     adapter.shadow = {"sample_pct": 0}
     db.session.commit()
     publish_and_wait(sworld.gateway)
-    _post(sworld, "not sampled")
-    _quiet(sworld)
+    _post_alone(sworld, "not sampled")
     assert [(r.kind, r.tier) for r in sworld.drain_rows(2)] == [("request", "tier-1"),
                                                                ("request", "tier-3")]
 

@@ -274,9 +274,38 @@ def test_redelivered_task_neither_trains_twice_nor_overwrites(
     assert training.train_adapter(adapter.id)["state"] == states.CANDIDATE
     done = reload(adapter.id)
     assert done.sha256 == sha and done.offline["n"] == 9
+    assert done.offline["cost_per_1k_before"] and done.offline["cost_per_1k_after"]
     # delivered once more: nothing to do
     assert training.train_adapter(adapter.id) == {"adapter_id": adapter.id,
                                                   "skipped": states.CANDIDATE}
     assert {p.name: p.stat().st_mtime_ns for p in art.iterdir()} == mtimes
     assert [e.event for e in done.events] == ["request", "trained"]
     assert db.session.scalar(db.select(db.func.count()).select_from(AdapterEvent)) == 2
+
+
+def test_cost_per_1k_before_comes_from_the_ledger_and_after_from_the_adapters_tier(
+        app, tiny_model):
+    from datetime import datetime, timedelta, timezone
+    tenant, _, pool = make_setup(tiny_model, n_traces=0)
+    adapter = Adapter(tenant_id=tenant.id, workflow=WORKFLOW, name="lora-cost", pool_id=pool.id,
+                      state=states.CANDIDATE)
+    db.session.add(adapter)
+    db.session.commit()
+    offline = {"prompt_tokens": 1000.4, "reference_tokens": 200, "tokens": 180.2}
+    # no traffic yet: all-frontier at the held-out tokens (1000 x 3.5 + 200 x 3.5) / 1e6 x 1000
+    cost = training.cost_per_1k(adapter, offline)
+    assert cost["cost_per_1k_before"] == "4.200000"
+    assert "no ledger rows" in cost["cost_before_source"]
+    # tier 1 at the prompt and the adapter's own tokens: (1000 + 180) x 0.06 / 1e6 x 1000
+    assert cost["cost_per_1k_after"] == "0.070800"
+    # with traffic: what the workflow's requests cost (a cache hit at 0 counts), old rows not
+    now = datetime.now(timezone.utc)
+    db.session.add_all([LedgerEntry(request_id=f"req_cost_{i}", tenant_id=tenant.id,
+                                    workflow=WORKFLOW, tier="tier-3", cost_usd=Decimal(c), at=at)
+                        for i, (c, at) in enumerate([("0.00123", now), ("0.000011", now),
+                                                     ("0", now),
+                                                     ("9", now - timedelta(days=30))])])
+    db.session.commit()
+    cost = training.cost_per_1k(adapter, offline)
+    assert cost["cost_per_1k_before"] == "0.413667"   # (0.00123 + 0.000011) / 3 x 1000
+    assert cost["cost_before_source"].startswith("ledger: 3 requests")
