@@ -61,6 +61,14 @@ FIELDS: dict[str, Field] = {
                                 help="Verified traces needed before LoRA training"),
     "shadow_concordance": Field(float, 0.99, 0.5, 1.0,
                                 help="Shadow agreement needed to promote an adapter"),
+    # automatic rollback of a canary / promoted adapter (app.adapters.watch): only on a
+    # regression that its live traffic shows with 95% confidence (Wilson bounds)
+    "canary_max_error_rate": Field(float, 0.02, 0.0, 1.0,
+                                   help="Roll an adapter back when its upstream error rate is "
+                                        "above this"),
+    "canary_min_pass_rate": Field(float, 0.95, 0.0, 1.0,
+                                  help="Roll an adapter back when the validator/feedback pass "
+                                       "rate of its answers is below this"),
     "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)"),
     "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto"),
     # on by default: with a shared prefix cache, usage.cached_tokens tells a tenant whether
