@@ -71,6 +71,7 @@ class Adapter(db.Model):
     progress: Mapped[dict] = mapped_column(JSON, default=dict)   # step, steps, loss, eta_s
     offline: Mapped[dict] = mapped_column(JSON, default=dict)    # held-out evaluation
     shadow: Mapped[dict] = mapped_column(JSON, default=dict)     # live shadow concordance
+    live: Mapped[dict] = mapped_column(JSON, default=dict)       # canary watch (app.adapters.watch)
     canary_pct: Mapped[int] = mapped_column(default=0)
     previous_adapter_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     loaded: Mapped[dict] = mapped_column(JSON, default=dict)     # replica id -> ok | error
