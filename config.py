@@ -145,6 +145,9 @@ class Config:
     ADAPTERS_SHADOW_MIN_REQUESTS = 200
     # cost per 1k requests "before" on the adapter page: the workflow's ledger over this window
     ADAPTERS_COST_WINDOW_DAYS = 7
+    # canary watch (app.adapters.watch): the least live evidence before it may roll back
+    ADAPTERS_WATCH_MIN_REQUESTS = 50
+    ADAPTERS_WATCH_MIN_VERDICTS = 20
 
 
 class DevConfig(Config):

@@ -41,6 +41,7 @@ def celery_init_app(app: Flask) -> Celery:
             "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
             "adapters-shadow-rollup": {"task": "adapters.shadow_rollup", "schedule": 30.0},
+            "adapters-canary-watch": {"task": "adapters.canary_watch", "schedule": 30.0},
             "adapters-drain-traces": {"task": "adapters.drain_traces", "schedule": 5.0},
         },
         "imports": ["workers.tasks.snapshot", "workers.tasks.ledger", "workers.tasks.cascade",

@@ -91,6 +91,7 @@ class Adapter(db.Model):
                 "dataset_id": self.dataset_id, "sha256": self.sha256,
                 "manifest": self.manifest, "hyperparams": self.hyperparams,
                 "progress": self.progress, "offline": self.offline, "shadow": self.shadow,
+                "live": self.live,
                 "canary_pct": self.canary_pct, "previous_adapter_id": self.previous_adapter_id,
                 "loaded": self.loaded, "error": self.error,
                 "created_at": self.created_at.isoformat() if self.created_at else None}

@@ -19,7 +19,8 @@ EVIDENCE = dict(
                  "target_modules": ["q_proj", "v_proj"]},
     offline={"concordance": 0.912, "ci_low": 0.85, "ci_high": 0.951, "n": 120,
              "base_concordance": 0.41, "latency_ms": 38.25, "tokens": 41.5,
-             "cost_per_1k_before": 4.2, "cost_per_1k_after": 0.35,
+             "cost_per_1k_before": "4.200000", "cost_per_1k_after": "0.035210",
+             "cost_before_source": "ledger: 812 requests in 2026-11-27..today",
              "samples": [{"prompt": "Order #A123: 3 x bolt", "reference": '{"qty":3}',
                           "candidate": '{"qty":3}', "match": True},
                          {"prompt": "Order #B777: 9 x valve", "reference": '{"qty":9}',
@@ -28,6 +29,8 @@ EVIDENCE = dict(
             "ci_high": 0.92},
     progress={"step": 40, "steps": 100, "loss": 0.4321, "eta_s": 75,
               "history": [[1, 2.5], [20, 1.1], [40, 0.4321]]},
+    live={"answers": 80, "errors": 1, "error_rate": 0.0125, "error_ci": [0.0022, 0.0676],
+          "verdicts": 20, "passed": 19, "pass_rate": 0.95, "pass_ci": [0.7639, 0.9911]},
     loaded={"3": "ok", "4": "error: out of memory"},
     error="replica 4 could not load the adapter")
 
@@ -60,7 +63,8 @@ def test_detail_shows_the_evidence(app, make_adapter, sign_in, two_tenants):
     for shown in ("smollm2-135m", "a" * 64, "q_proj, v_proj", "0.0002",          # manifest
                   "91.2%", "85.0% – 95.1%", "120", "41.0%", "38.2 ms", "41.5",   # offline
                   "250", "220", "88.0%", "83.0% – 92.0%",                       # shadow
-                  "$4.20", "$0.35",                                              # cost
+                  "$4.20", "$0.03521", "ledger: 812 requests",                  # cost
+                  "1.2%", "0.2% – 6.8%", "of 20 verdicts (76.4% – 99.1%)",      # live
                   "Step 40 of 100", "0.4321",                                    # training
                   "error: out of memory", "replica 4 could not load the adapter",
                   "25% of traffic"):

@@ -36,3 +36,10 @@ def shadow_rollup() -> list:
     """Shadow concordance per adapter in shadow; submits those that met the gate."""
     from app.adapters.serving import shadow_rollup as run
     return run()
+
+
+@shared_task(name="adapters.canary_watch")
+def canary_watch() -> list:
+    """Live error / pass rates per serving adapter; rolls back those that regressed."""
+    from app.adapters.watch import canary_watch as run
+    return run()
