@@ -37,6 +37,24 @@ def loaded_replicas(adapter: Adapter | None) -> tuple[int, ...]:
                         if result == "ok" and str(rid).isdigit()))
 
 
+def by_replica(pool_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+    """replica id -> the adapters its engine was asked to hold, for the Pools page:
+    [{id, name, state, ok, detail}] of adapters in shadow / canary / promoted on
+    ``pool_ids`` (a replica whose load failed shows the failure)."""
+    if not pool_ids:
+        return {}
+    out: dict[int, list[dict[str, Any]]] = {}
+    for a in db.session.scalars(db.select(Adapter).where(
+            Adapter.pool_id.in_(pool_ids), Adapter.state.in_(states.SERVING | {states.SHADOW}))
+            .order_by(Adapter.id)):
+        for rid, result in (a.loaded or {}).items():
+            if str(rid).isdigit():
+                out.setdefault(int(rid), []).append(
+                    {"id": a.id, "name": a.name, "state": a.state, "ok": result == "ok",
+                     "detail": "" if result == "ok" else str(result)})
+    return out
+
+
 def sample_pct(adapter: Adapter) -> float:
     """The share of eligible answers shadowed: the adapter's own ``shadow.sample_pct``,
     else ``ADAPTERS_SHADOW_SAMPLE_PCT``."""

@@ -32,8 +32,10 @@ def plotly_js():
 def _page_data() -> dict:
     pools = list_pools()
     ids = [r.id for p in pools for r in p.replicas]
+    from app.adapters.serving import by_replica
     return {"pools": pools, "live": service.live_stats(ids),
-            "series": service.metric_series(ids), "lora_last": _lora_last(pools)}
+            "series": service.metric_series(ids), "lora_last": _lora_last(pools),
+            "adapters": by_replica([p.id for p in pools])}
 
 
 def _lora_last(pools) -> dict[int, dict]:

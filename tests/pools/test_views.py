@@ -119,3 +119,28 @@ def test_beat_supervise_and_scrape_fan_out_to_each_node_queue(app, redis_client)
                 for m in _queued(redis_client, f"pool.{node}")]
         assert ("pools.supervise", f"['{node}']") in msgs
         assert ("pools.scrape", f"['{node}']") in msgs
+
+
+def test_each_replica_shows_the_adapters_its_engine_holds(app):
+    from app.adapters.models import Adapter
+    pool = _pool()
+    r0, r1 = pool.replicas
+    tenant = TenantFactory()
+    served = Adapter(tenant_id=tenant.id, workflow="wf-a", pool_id=pool.id, name="lora-inv-7",
+                     state="promoted", canary_pct=100,
+                     loaded={str(r0.id): "ok", str(r1.id): "HTTP 500: out of memory"})
+    shadowed = Adapter(tenant_id=tenant.id, workflow="wf-b", pool_id=pool.id, name="lora-tix-9",
+                       state="shadow", loaded={str(r1.id): "ok"})
+    gone = Adapter(tenant_id=tenant.id, workflow="wf-c", pool_id=pool.id, name="lora-old-2",
+                   state="rolled_back", loaded={str(r0.id): "ok"})   # unloaded since
+    db.session.add_all([served, shadowed, gone])
+    db.session.commit()
+    web = browser(app)
+    login(web, UserFactory(role="viewer").email)
+    html = web.get("/pools").get_data(as_text=True)
+    row0 = html.split(f'data-replica="{r0.id}"', 1)[1].split("</tr>", 1)[0]
+    row1 = html.split(f'data-replica="{r1.id}"', 1)[1].split("</tr>", 1)[0]
+    assert "lora-inv-7" in row0 and "not loaded" not in row0 and "lora-old-2" not in row0
+    assert f'href="/adapters/{served.id}"' in row0
+    assert "lora-tix-9" in row1 and "shadow" in row1
+    assert "lora-inv-7" in row1 and "not loaded" in row1 and "HTTP 500: out of memory" in row1
