@@ -3,11 +3,16 @@ pool's node queue): hot-(un)load an adapter on every serving replica of its pool
 write what each engine answered into ``adapter.loaded`` ({replica id: "ok" | the
 error}). The gateway serves the adapter only on replicas marked "ok" (the snapshot's
 ``replicas_loaded``), so a replica that failed is reported on the adapter and gets no
-adapter traffic. One commit, then the snapshot is published."""
+adapter traffic. One commit, then the snapshot is published.
+
+A replica that (re)starts holds no adapter: ``restore_on_replica`` loads its pool's
+adapters (shadow, canary, promoted) on it before the driver marks it healthy, so the
+gateway never sends adapter traffic to an engine that lost the adapter."""
 from __future__ import annotations
 
 import logging
 
+from app.adapters import states
 from app.adapters.models import Adapter
 from app.extensions import db
 from app.snapshot.service import publish_after_commit
@@ -57,4 +62,24 @@ def unload_adapter(adapter_id: int) -> dict[str, str]:
     adapter.loaded = loaded
     db.session.commit()
     publish_after_commit()
+    return out
+
+
+def restore_on_replica(pool_id: int, replica_id: int, url: str) -> dict[str, str]:
+    """Load every adapter the pool should hold on a replica that just (re)started, and
+    write each result into that adapter's ``loaded``; returns {adapter name: "ok" | error}.
+    No commit: the driver commits it with the replica's move to healthy."""
+    from workers.pools import lora
+    out: dict[str, str] = {}
+    for a in db.session.scalars(db.select(Adapter).where(
+            Adapter.pool_id == pool_id, Adapter.artifact_path.is_not(None),
+            Adapter.state.in_(states.SERVING | {states.SHADOW})).order_by(Adapter.id)):
+        result = lora.load_everywhere([(replica_id, url)], a.name, a.artifact_path)[replica_id]
+        text = _result_text(result)
+        a.loaded = {**(a.loaded or {}), str(replica_id): text}
+        out[a.name] = text
+        if text != "ok":
+            a.error = f"load failed on replica {replica_id} after its restart: {text}"[:2000]
+            log.warning("adapter %s (%s): reload on replica %s failed: %s", a.id, a.name,
+                        replica_id, text)
     return out

@@ -130,11 +130,26 @@ def start_replica(replica_id: int, *, wait_s: float | None = None) -> str:
     return "starting"
 
 
+def _restore_adapters(replica: Replica) -> None:
+    """A (re)started engine holds no LoRA adapter: load the pool's adapters on it before
+    it is marked healthy (a failure is written on the adapter; the replica serves the
+    base model and gets none of that adapter's traffic)."""
+    from app.adapters.node import restore_on_replica
+    try:
+        restored = restore_on_replica(replica.pool_id, replica.id, replica.url)
+    except Exception:  # noqa: BLE001 - the base model still serves
+        log.exception("replica %s: restoring its adapters failed", replica.id)
+        return
+    if restored:
+        log.info("replica %s: adapters restored %s", replica.id, restored)
+
+
 def _mark_healthy(replica_id: int) -> str:
     with _replica_lock(replica_id) as got:
         replica = db.session.get(Replica, replica_id)
         if not got or replica is None or replica.state != "starting":
             return replica.state if replica else "gone"
+        _restore_adapters(replica)
         _set_state(replica, "healthy", "")
         replica.last_health_at = utcnow()
         _remember(replica_id, failures=0, health_failures=0)
@@ -242,6 +257,7 @@ def _supervise_one(replica: Replica) -> str:
     if ok:
         replica.last_health_at = utcnow()
         if replica.state == "starting":
+            _restore_adapters(replica)
             _set_state(replica, "healthy", "")
             _remember(replica.id, failures=0, health_failures=0)
             _commit_and_publish()
