@@ -72,7 +72,8 @@ class Config:
     SESSION_COOKIE_HTTPONLY = True
     SESSION_COOKIE_SAMESITE = "Lax"
     GATEWAY_MAX_BODY_BYTES = 4 * 1024 * 1024
-    GATEWAY_URL = "http://127.0.0.1:8400"
+    GATEWAY_URL = "http://127.0.0.1:8400"   # the gateway's base URL as clients reach it
+    CONSOLE_REVEAL_TTL_S = 120   # a new key's plaintext waits this long for the page that shows it
     GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
     GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long
     GATEWAY_CACHE_WARM = False      # load the embedding model (and xgrammar) at gateway start
@@ -113,6 +114,13 @@ class Config:
     ROUTER_QUALITY_TARGET = 0.99
     ROUTER_TRAIN_WINDOW_DAYS = 30
     ROUTER_RETRAIN_MIN_NEW_LABELS = 200
+    # τ on promotion (app.cascade.regret): confidence of the upper bound on a tier's regret
+    # (share of held-out requests it fails where the frontier passes) that must stay
+    # within policy router_max_regret
+    ROUTER_REGRET_CONFIDENCE = 0.95
+    # Tier-1 exploration (app.gateway.shadow, policy explore_pct): tier-1 calls in flight
+    # off the path per gateway process at most (more are skipped); 0 turns it off
+    GATEWAY_EXPLORE_MAX_INFLIGHT = 4
     # Pool driver on each node (workers.pools.driver)
     POOLS_VAR_DIR = ""              # engines' logs and pid files; empty: var/ in the repo
     POOLS_BIND_HOST = "127.0.0.1"   # where engines listen
@@ -162,6 +170,10 @@ class TestConfig(Config):
     ADAPTERS_DIR = "/tmp/sluice-test-adapters"
     WTF_CSRF_ENABLED = True  # tests prove CSRF; they fetch tokens like a browser
     SQLALCHEMY_DATABASE_URI = "sqlite://"
+    # Off in the session's shared test gateway: a random 5% of auto requests answered
+    # again on tier 1 would add ledger rows and labels to tests that count them exactly.
+    # Exploration's own tests start a gateway with it on.
+    GATEWAY_EXPLORE_MAX_INFLIGHT = 0
 
 
 class ProdConfig(Config):

@@ -10,6 +10,7 @@ from app.api.views import api_auth, body
 from app.auth import service, throttle
 from app.auth.forms import LoginForm
 from app.auth.models import ROLES, User
+from app.console import reveal
 from app.console.helpers import checkbox, form_data, render_errors, require
 from app.errors import NotFound, ServiceError, TooManyAttempts
 from app.extensions import db
@@ -121,13 +122,17 @@ def _user_form(user: User | None, values: dict, save, done: str):
 @bp.route("/tokens", methods=["GET", "POST"])
 @login_required
 def tokens():
-    plaintext = None
-    status = 200
+    """POST creates a token and redirects; the GET after it shows the plaintext once."""
     if request.method == "POST":
-        _row, plaintext = service.create_admin_token(current_user, request.form.get("name", ""))
-        status = 201
+        row, plaintext = service.create_admin_token(current_user, request.form.get("name", ""))
+        reveal.stash("admin_token", row.id, plaintext)
+        return redirect(url_for("auth.tokens", created=row.id))
+    shown = reveal.take("admin_token")
+    if shown is None and request.args.get("created"):
+        flash("The new token was shown once and is no longer available. Revoke it and "
+              "create another if it was not copied.", "info")
     return render_template("console/tokens.html", tokens=service.list_admin_tokens(current_user),
-                           plaintext=plaintext), status
+                           plaintext=shown[1] if shown else None)
 
 
 @bp.route("/tokens/<int:token_id>/revoke", methods=["POST"])

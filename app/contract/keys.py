@@ -54,6 +54,12 @@ class Keys:
         """Hash request_id -> tenant id of the requests booked on ``day`` (UTC)."""
         return self.k("req", day.strftime("%Y%m%d"))
 
+    # --- console ---------------------------------------------------------------------
+    def secret_reveal(self, token: str) -> str:
+        """A just-created key's plaintext, held for the one redirect that shows it
+        (``app.console.reveal``: single use, short TTL)."""
+        return self.k("console", "reveal", token)
+
     # --- admission -----------------------------------------------------------------
     def rate_limit(self, tenant_id: object, minute: int) -> str:
         return self.k("ratelimit", tenant_id, minute)

@@ -2,10 +2,12 @@
 ``/api/v1`` (``api_bp``)."""
 from __future__ import annotations
 
-from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template, request, url_for
+from flask import (Blueprint, abort, current_app, flash, g, jsonify, redirect, render_template,
+                   request, url_for)
 from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
+from app.console import reveal
 from app.console.helpers import form_data, render_errors, require
 from app.errors import ServiceError
 from app.tenants import service
@@ -66,13 +68,29 @@ def tenant_edit(tenant_id: int):
                            statuses=TENANT_STATUSES)
 
 
+def _models_for(tenant) -> list[str]:
+    """The model names the tenant's clients may send (as the gateway's /v1/models)."""
+    from app.catalog.service import list_tiers
+    from app.policies.service import effective_policy
+    policy = effective_policy(tenant.id)
+    names = ["auto"]
+    if policy.get("allow_explicit_tier", True):
+        allowed = set(policy.get("allowed_tiers") or [])
+        names += [t.name for t in list_tiers() if t.enabled and (not allowed or t.name in allowed)]
+    return names
+
+
 @bp.route("/tenants/<int:tenant_id>/keys", methods=["GET", "POST"])
 @login_required
 def tenant_keys(tenant_id: int):
+    """POST creates a key and redirects; the GET after it shows the plaintext once
+    (``app.console.reveal``), with the gateway URL and snippets to use it."""
     tenant = service.get_tenant(current_user, tenant_id)
     can_manage = current_user.can("key.manage", tenant.id)
     context = {"tenant": tenant, "can_manage": can_manage, "errors": {},
-               "values": {"name": "", "expires_at": ""}, "plaintext": None}
+               "values": {"name": "", "expires_at": ""}, "plaintext": None,
+               "gateway_url": current_app.config["GATEWAY_URL"].rstrip("/"),
+               "models": _models_for(tenant)}
     if request.method == "POST":
         require("key.manage", tenant.id)
         values = form_data("name", "expires_at")
@@ -83,9 +101,16 @@ def tenant_keys(tenant_id: int):
                 raise
             context.update(values=values)
             return render_errors("console/keys.html", exc, **context)
-        # The plaintext is rendered into this one response and kept nowhere else.
-        context.update(plaintext=plaintext, new_key=key)
-        return render_template("console/keys.html", **context), 201
+        reveal.stash("tenant_key", key.id, plaintext)
+        return redirect(url_for("tenants.tenant_keys", tenant_id=tenant.id, created=key.id))
+    shown = reveal.take("tenant_key")
+    if shown is not None:
+        key_id, plaintext = shown
+        context.update(plaintext=plaintext,
+                       new_key=next((k for k in tenant.keys if k.id == key_id), None))
+    elif request.args.get("created"):
+        flash("The new key was shown once and is no longer available: Sluice keeps only its "
+              "hash. Revoke it and create another if it was not copied.", "info")
     return render_template("console/keys.html", **context)
 
 

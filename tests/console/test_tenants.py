@@ -6,7 +6,7 @@ import logging
 from app.audit.models import AuditLog
 from app.extensions import db
 from app.tenants.models import ApiKey, Tenant
-from tests.console.web import csrf_from, submit
+from tests.console.web import browser, csrf_from, login, submit
 from tests.factories import TenantFactory, make_key
 
 
@@ -76,29 +76,51 @@ def test_key_plaintext_is_shown_once_and_never_stored_or_logged(client, admin, c
     caplog.set_level(logging.DEBUG)
     tenant = TenantFactory(name="alpha")
     resp = submit(client, f"/tenants/{tenant.id}/keys", {"name": "bot", "expires_at": ""})
-    assert resp.status_code == 201
-    html = resp.get_data(as_text=True)
+    # POST/redirect/GET: the POST's answer carries no secret, the page after it does
+    assert resp.status_code == 302 and "sk-" not in resp.get_data(as_text=True)
+    shown = client.get(resp.headers["Location"])
+    html = shown.get_data(as_text=True)
     key = db.session.scalar(db.select(ApiKey).where(ApiKey.tenant_id == tenant.id))
-    start = html.index("data-secret>") + len("data-secret>")
+    start = html.index('id="key-plaintext">') + len('id="key-plaintext">')
     plaintext = html[start:html.index("<", start)]
     assert plaintext.startswith(key.prefix) and len(plaintext) > len(key.prefix) + 20
     assert key.key_hash == hashlib.sha256(plaintext.encode()).hexdigest()
+    # with what to do with it: the gateway URL and ready snippets
+    assert "http://127.0.0.1:8400/v1" in html and f'api_key="{plaintext}"' in html
+    assert f"Authorization: Bearer {plaintext}" in html
 
-    again = client.get(f"/tenants/{tenant.id}/keys").get_data(as_text=True)
+    # a reload shows it no more, creates nothing, and says why
+    again = client.get(resp.headers["Location"]).get_data(as_text=True)
     assert plaintext not in again and key.prefix in again  # prefix visible, secret gone
+    assert "was shown once" in again
+    assert db.session.scalar(db.select(db.func.count(ApiKey.id))) == 1
     rows = db.session.execute(db.text("SELECT * FROM api_keys")).all()
     assert plaintext not in repr(rows)
     audit = db.session.execute(db.text("SELECT * FROM audit_log")).all()
     assert audit and plaintext not in repr(audit) and key.key_hash not in repr(audit)
     assert plaintext not in caplog.text
     assert plaintext not in json.dumps(client.get("/audit").get_data(as_text=True))
+    # and nothing of it waits in Redis once shown
+    from app.redis_client import get_redis, keys
+    r = get_redis()
+    assert not [k for k in r.scan_iter(keys().secret_reveal("*")) if plaintext.encode() in
+                (r.get(k) or b"")]
+
+
+def test_a_new_key_is_revealed_only_to_the_session_that_created_it(client, admin):
+    tenant = TenantFactory(name="alpha")
+    resp = submit(client, f"/tenants/{tenant.id}/keys", {"name": "bot", "expires_at": ""})
+    other = browser(client.application)
+    login(other, admin.email)            # the same user, another browser
+    assert 'id="key-plaintext"' not in other.get(resp.headers["Location"]).get_data(as_text=True)
+    assert 'id="key-plaintext"' in client.get(resp.headers["Location"]).get_data(as_text=True)
 
 
 def test_key_with_expiry_then_revoked_writes_audit(client, admin):
     tenant = TenantFactory(name="alpha")
     resp = submit(client, f"/tenants/{tenant.id}/keys", {"name": "temp",
                                                          "expires_at": "2999-01-01T00:00"})
-    assert resp.status_code == 201
+    assert resp.status_code == 302
     key = db.session.scalar(db.select(ApiKey))
     assert key.expires_at.year == 2999
     resp = submit(client, f"/tenants/{tenant.id}/keys", {}, action=f"/keys/{key.id}/revoke")
@@ -143,6 +165,6 @@ def test_tenant_scoped_user_sees_and_manages_only_their_tenant(client, as_role, 
         ApiKey.tenant_id == bravo.id)) == 1
     # ...but manages its own tenant's keys.
     resp = submit(client, f"/tenants/{alpha.id}/keys", {"name": "mine"})
-    assert resp.status_code == 201
+    assert resp.status_code == 302
     [row] = _audit("key.create")
     assert row.actor_email == lead.email and row.tenant_id == alpha.id

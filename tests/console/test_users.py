@@ -58,10 +58,13 @@ def test_role_change_deactivate_and_password_reset(client, admin, app):
 def test_admin_token_is_shown_once_hashed_and_revocable(client, as_role):
     viewer = as_role("viewer")
     resp = submit(client, "/tokens", {"name": "ci"})
-    assert resp.status_code == 201
-    html = resp.get_data(as_text=True)
-    start = html.index("data-secret>") + len("data-secret>")
+    assert resp.status_code == 302
+    html = client.get(resp.headers["Location"]).get_data(as_text=True)
+    start = html.index('id="token-plaintext">') + len('id="token-plaintext">')
     plaintext = html[start:html.index("<", start)]
+    reload_ = client.get(resp.headers["Location"]).get_data(as_text=True)
+    assert plaintext not in reload_ and "was shown once" in reload_
+    assert db.session.scalar(db.select(db.func.count(AdminToken.id))) == 1
     row = db.session.scalar(db.select(AdminToken))
     assert row.user_id == viewer.id
     assert row.token_hash == hashlib.sha256(plaintext.encode()).hexdigest()
