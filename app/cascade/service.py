@@ -3,8 +3,14 @@
 Scopes: "global", "tenant:<id>" or "tenant:<id>:wf:<workflow>". The active model of a
 scope is published to Redis as JSON under ``<ns>:router:<scope>:active`` and
 ``<ns>:router:version`` is bumped, so a gateway polls one key and reloads on change.
-τ stays in the tenant's policy (router_tau_1/2), which reaches the gateway through the
-config snapshot; the console sets it from a model's held-out cost-quality curve.
+
+τ belongs to a version: promotion sets it (``app.cascade.regret``: the cheapest held-out
+point whose 95% upper bound on regret stays within the scope's policy
+``router_max_regret`` and whose quality reaches the target) into ``metrics["taus"]``, and
+it is published with the params, so each scope's router runs at its own τ. A version that
+cannot meet the bound is not promoted, and ``metrics["comparison"]["reason"]`` says why.
+The policy's router_tau_1/2 apply to versions without τ (made before, or activated by
+hand); the console's "set τ by quality target" writes both.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.models_base import utcnow
 from app.cascade import evaluation as ev
+from app.cascade import regret
 from app.cascade.models import RouterModel
 from app.cascade.training import fit_router
 
@@ -88,13 +95,36 @@ def _transition(model: RouterModel, status: str) -> None:
     model.status = status
 
 
+def scope_policy(scope: str) -> dict[str, Any]:
+    """The effective policy a scope's router runs under (the global one for "global")."""
+    from app.policies.service import effective_policy
+    return effective_policy(scope_tenant_id(scope))
+
+
+def _promotion(params: dict, X, labels, costs, target: float, max_regret: float
+               ) -> dict[str, Any]:
+    """τ for promotion (``app.cascade.regret.choose``), as stored in the version's metrics."""
+    confidence = float(current_app.config["ROUTER_REGRET_CONFIDENCE"])
+    found = regret.choose(params, X, labels, costs, quality_target=target,
+                          max_regret=max_regret, confidence=confidence)
+    point, closest = found["point"], found["closest"]
+    brief = (lambda p: None if p is None else {**ev._brief(p), "regret": p["regret"]})
+    return {"max_regret": max_regret, "confidence": confidence, "quality_target": target,
+            "taus": ({k: float(v) for k, v in point["taus"].items()} if point else None),
+            "point": brief(point), "closest": brief(closest), "reason": found["reason"]}
+
+
 def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
                 prices: Mapping[int, tuple[float, float]] | None = None,
-                quality_target: float | None = None) -> RouterModel | None:
+                quality_target: float | None = None,
+                max_regret: float | None = None) -> RouterModel | None:
     """Train a new version on ``traces``, compare it with the active one on held-out traces,
-    and promote it (publishing to the gateway) only if it is not worse at equal cost.
-    Returns None when there are not enough labels yet."""
+    and promote it (publishing to the gateway, with its τ) only if it is not worse at equal
+    cost and some τ keeps the regret bound within ``max_regret`` (default: the scope's
+    policy ``router_max_regret``). Returns None when there are not enough labels yet."""
     scope_tenant_id(scope)
+    if max_regret is None:
+        max_regret = float(scope_policy(scope)["router_max_regret"])
     min_labels = int(current_app.config["ROUTER_MIN_LABELS"])
     target = float(quality_target if quality_target is not None
                    else current_app.config["ROUTER_QUALITY_TARGET"])
@@ -124,12 +154,20 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
     if judged < int(current_app.config["ROUTER_MIN_HELDOUT"]):
         comparison = {**comparison, "promote": False, "reject": False,
                       "reason": f"only {judged} held-out labels for the least-known tier"}
+    promotion = _promotion(params, X, labels, costs, target, max_regret)
+    if comparison["promote"] and promotion["taus"] is None:
+        # not worse than the active version, but it cannot promise the bound: it stays a
+        # candidate (a person may still activate it; it then runs at the policy's τ)
+        comparison = {**comparison, "promote": False, "reject": False,
+                      "reason": f"not promoted: {promotion['reason']}"}
     version = (db.session.scalar(db.select(db.func.max(RouterModel.version))
                                  .where(RouterModel.scope == scope)) or 0) + 1
     model = RouterModel(scope=scope, version=version, status="candidate",
                         trained_on=sum(len(y) for _, y in sets.values()), params=params,
                         metrics={"calibration": ev.calibration_report(params, held_sets),
                                  "held_out": report, "comparison": comparison,
+                                 "promotion": promotion,
+                                 "taus": promotion["taus"] if comparison["promote"] else None,
                                  "trained_at": utcnow().isoformat()})
     db.session.add(model)
     db.session.flush()
@@ -139,7 +177,8 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
         _transition(model, "rejected")
     record(None, "router.train", "router_model", model.id, tenant_id=scope_tenant_id(scope),
            after={"scope": scope, "version": version, "status": model.status,
-                  "reason": comparison["reason"]})
+                  "reason": comparison["reason"], "taus": model.metrics["taus"],
+                  "regret": promotion["reason"]})
     db.session.commit()
     if model.status == "active":
         publish_active(scope)
@@ -185,7 +224,7 @@ def publish_active(scope: str) -> int | None:
         else:
             r.set(active_key(scope), json.dumps(
                 {"scope": scope, "version": model.version, "model_id": model.id,
-                 "params": model.params}, separators=(",", ":")))
+                 "params": model.params, "taus": model_taus(model)}, separators=(",", ":")))
         return int(r.incr(keys().routers_version()))
     except Exception as exc:  # noqa: BLE001 - the committed promotion stands
         log.warning("router publish for %s failed: %s", scope, exc)
@@ -200,6 +239,13 @@ def publish_all() -> int:
     return n
 
 
+def model_taus(model: RouterModel) -> dict[str, float] | None:
+    """The version's own τ ({"1": τ1, "2": τ2}), None when it has none (the gateway then
+    uses the policy's)."""
+    taus = (model.metrics or {}).get("taus")
+    return {str(k): float(v) for k, v in taus.items()} if taus else None
+
+
 def taus_for_target(model: RouterModel, quality_target: float) -> dict[str, float] | None:
     """The policy τ values that reach ``quality_target`` on the model's held-out curve."""
     curve = (model.metrics or {}).get("held_out", {}).get("curve") or []
@@ -210,7 +256,10 @@ def taus_for_target(model: RouterModel, quality_target: float) -> dict[str, floa
 
 
 def set_taus_for_target(user, model_id: int, quality_target: float):
-    """Write the τ for ``quality_target`` into the scope's tenant policy (or the global one)."""
+    """Write the τ for ``quality_target`` into the version (republished when active: it
+    beats the policy's for its scope) and the scope's tenant policy (or the global one),
+    for versions without τ of their own. A person's choice: the regret bound is not
+    checked here."""
     from app.policies.service import update_policy
     if not 0.5 <= quality_target <= 1.0:
         raise ValidationError("invalid quality target",
@@ -221,4 +270,13 @@ def set_taus_for_target(user, model_id: int, quality_target: float):
         raise ValidationError("no operating point reaches that quality",
                               {"quality_target": [f"no held-out point reaches {quality_target:.1%}"
                                                   " of frontier quality"]})
-    return update_policy(user, scope_tenant_id(model.scope), taus), taus
+    policy = update_policy(user, scope_tenant_id(model.scope), taus)
+    model.metrics = {**(model.metrics or {}),
+                     "taus": {"1": taus["router_tau_1"], "2": taus["router_tau_2"]}}
+    record(user, "router.set_taus", "router_model", model.id,
+           tenant_id=scope_tenant_id(model.scope),
+           after={"version": model.version, "quality_target": quality_target, **taus})
+    db.session.commit()
+    if model.status == "active":
+        publish_active(model.scope)
+    return policy, taus

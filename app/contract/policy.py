@@ -69,6 +69,11 @@ FIELDS: dict[str, Field] = {
     "canary_min_pass_rate": Field(float, 0.95, 0.0, 1.0,
                                   help="Roll an adapter back when the validator/feedback pass "
                                        "rate of its answers is below this"),
+    # the seed's bound E[Regret] <= 0.008 (app.cascade.regret): a router version is
+    # promoted with the τ whose 95% upper bound on regret stays within this
+    "router_max_regret": Field(float, 0.008, 0.0, 1.0,
+                               help="Most share of requests a promoted router may send to a "
+                                    "tier that fails where the frontier passes (95% bound)"),
     "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)"),
     "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto"),
     # on by default: with a shared prefix cache, usage.cached_tokens tells a tenant whether

@@ -1,10 +1,11 @@
 """The gateway side of router publishing: which scopes' active routers it holds, compiled.
 
 The control plane writes ``<ns>:router:<scope>:active`` (JSON: scope, version, model_id,
-params) and bumps ``<ns>:router:version`` (app.cascade.service.publish_active). A gateway
+params, taus: the version's own τ {"1": τ1, "2": τ2} or null) and bumps ``<ns>:router:version`` (app.cascade.service.publish_active). A gateway
 keeps one ``PublishedRouters``, calls ``refresh(redis, ns)`` on its snapshot poll (one GET
 when nothing changed), and at S01 asks ``get(tenant_id, workflow)``: the workflow's
-router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2).
+router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2);
+``taus(tenant_id, workflow)`` gives that router's own τ (None: the policy's apply).
 A malformed published entry is dropped (so that scope falls back), never raised.
 """
 from __future__ import annotations
@@ -29,15 +30,20 @@ class PublishedRouters:
     def __init__(self) -> None:
         self.version: int | None = None
         self._routers: dict[str, tuple[int, rm.Router]] = {}
+        self._taus: dict[str, dict[int, float]] = {}   # scope -> the version's own τ
 
     def update(self, scope: str, raw: bytes | str | None) -> None:
         """Install (or, for None, remove) the published entry of one scope."""
+        self._taus.pop(scope, None)
         if raw is None:
             self._routers.pop(scope, None)
             return
         try:
             entry = json.loads(raw)
+            taus = {int(k): float(v) for k, v in (entry.get("taus") or {}).items()}
             self._routers[scope] = (int(entry["version"]), rm.load(entry["params"]))
+            if taus:
+                self._taus[scope] = taus
         except Exception as exc:  # noqa: BLE001 - a bad entry degrades to S01_DEFAULT_TIER2
             log.warning("router for %s not loaded: %s", scope, exc)
             self._routers.pop(scope, None)
@@ -47,6 +53,13 @@ class PublishedRouters:
             hit = self._routers.get(scope)
             if hit is not None:
                 return hit[1]
+        return None
+
+    def taus(self, tenant_id: int | str, workflow: str | None) -> dict[int, float] | None:
+        """The τ published with the router ``get`` returns, None when it has none."""
+        for scope in scopes_for(tenant_id, workflow):
+            if scope in self._routers:
+                return self._taus.get(scope)
         return None
 
     def versions(self) -> dict[str, int]:
@@ -71,6 +84,7 @@ class PublishedRouters:
             return False
         for scope in set(self._routers) - set(found):
             self._routers.pop(scope, None)
+            self._taus.pop(scope, None)
         for scope, raw in found.items():
             self.update(scope, raw)
         self.version = version

@@ -5,11 +5,12 @@ from app.redis_client import keys
 from app.cascade import service
 from app.contract.routers import PublishedRouters, scopes_for
 from tests.factories import TenantFactory
-from tests.cascade.helpers import traces
+from tests.cascade.helpers import accept_regret, traces
 
 
 def test_gateway_side_picks_up_promotions_without_restart(app, redis_client):
     t = TenantFactory()
+    accept_regret(t)
     routers = PublishedRouters()
     ns = keys().ns
     routers.refresh(redis_client, ns)

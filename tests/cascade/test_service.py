@@ -10,7 +10,7 @@ from app.cascade import evaluation as ev
 from app.cascade import service
 from app.cascade.models import RouterModel
 from tests.factories import TenantFactory, UserFactory
-from tests.cascade.helpers import traces
+from tests.cascade.helpers import accept_regret, traces
 
 
 def test_tier_labels_rules():
@@ -54,6 +54,7 @@ def stored_active(redis_client, scope):
 
 def test_versioning_promotion_and_publish(app, redis_client):
     t = TenantFactory()
+    accept_regret(t)
     scope = f"tenant:{t.id}"
     v0 = int(redis_client.get(keys().routers_version()) or 0)
 
@@ -118,6 +119,7 @@ def test_training_from_ledger_rows(app, redis_client):
     from app.ledger.models import LedgerEntry
     from app.cascade.traces import train_from_ledger, traces_from_ledger
     t = TenantFactory()
+    accept_regret(t)
     for tr in traces(800, seed=10):
         db.session.add(LedgerEntry(
             request_id=tr["request_id"], tenant_id=t.id, workflow="wfA", tier="frontier",

@@ -4,7 +4,9 @@ An explicit tier is honoured (handlers.resolve_model already refused it with 403
 policy has ``allow_explicit_tier`` off). ``auto`` sends a new workflow (unknown, or
 younger than the policy's ``frontier_first_hours``) to the frontier tier; otherwise the
 calibrated router active for the request's scope (``ctx.services.routers``, published by the
-control plane) picks the cheapest tier with q_k ≥ τ_k (policy ``router_tau_1/2``). Its
+control plane) picks the cheapest tier with q_k ≥ τ_k: the τ published with that router
+version (set at its promotion to hold the scope's regret bound), else the policy's
+``router_tau_1/2``. Its
 input is the request's one embedding (S00's, or made here) plus structural features.
 
 Every ``auto`` request logs that feature vector (``ctx.router_features``, a training
@@ -67,6 +69,13 @@ def active_router(ctx: RequestContext) -> rm.Router | None:
     return routers.get(ctx.tenant["id"], ctx.workflow_signature or None)
 
 
+def taus(ctx: RequestContext) -> dict[int, float]:
+    """τ of the request's router: its version's own (promotion set them), else the policy's."""
+    routers = getattr(ctx.services, "routers", None)
+    own = routers.taus(ctx.tenant["id"], ctx.workflow_signature or None) if routers else None
+    return own or rm.taus_from_policy(ctx.policy)
+
+
 def features(ctx: RequestContext) -> np.ndarray:
     return request_features(ctx.embedding, ctx.body.get("messages") or [],
                             schema_present=schema_present(ctx.body),
@@ -105,7 +114,7 @@ async def run(ctx: RequestContext) -> str:
     if ctx.embedding is None:
         await anyio.to_thread.run_sync(embedding, ctx)
     x = ctx.router_features = features(ctx)
-    decision = rm.route_decision(router, x, rm.taus_from_policy(ctx.policy))
+    decision = rm.route_decision(router, x, taus(ctx))
     if decision.reason == rm.S01_DEFAULT_TIER2:
         ctx.telemetry["route_reason"] = "router_error"
         ctx.telemetry["router_error"] = decision.error
