@@ -8,15 +8,18 @@ A trace is a plain dict, one per served request, as the ledger can supply it::
      "prompt_tokens": 420, "completion_tokens": 60,   # or "costs": {"1": usd, "2": .., "3": ..}
      "schema_valid": True | False | None,   # S05 validation of the output against the schema
      "feedback": {"pass": bool, ...} | "pass" | "fail" | None,  # POST /v1/feedback
-     "shadow": {"1": True, "2": False},     # shadow runs judged against the frontier (later)
+     "shadow": {"1": True, "2": False},     # tier k's off-path answer agreed with the served one
      "escalated_from": [1]}                 # tiers the margin monitor aborted
 
 Label rules (stated, so they can be argued with): the served tier's outcome is the
 client's feedback when given, else schema validity. A pass implies every higher tier
 passes and a fail implies every lower tier fails (tiers are ordered by strength). A tier
-the margin monitor aborted counts as a fail. Shadow judgements override all of that for
-their tier. Tiers nothing is known about stay None and are left out of that tier's
-training set.
+the margin monitor aborted counts as a fail. A shadow verdict (the gateway's tier-1
+exploration: that tier answered the same request off the path, compared with the served
+answer) overrides all of that for its tier, with the served answer as the reference: when
+the served answer passed or was not judged, agreeing is a pass and disagreeing a fail;
+when it is known to have failed, agreeing is a fail and disagreeing adds nothing. Tiers
+nothing is known about stay None and are left out of that tier's training set.
 """
 from __future__ import annotations
 
@@ -62,9 +65,14 @@ def tier_labels(trace: Mapping[str, Any], n_tiers: int = 3) -> list[int | None]:
         if 1 <= int(r) <= n_tiers:
             for lower in range(1, int(r) + 1):
                 labels[lower - 1] = 0
-    for r, passed in (trace.get("shadow") or {}).items():
-        if 1 <= int(r) <= n_tiers and passed is not None:
-            labels[int(r) - 1] = int(bool(passed))
+    for r, agreed in (trace.get("shadow") or {}).items():
+        if not 1 <= int(r) <= n_tiers or agreed is None:
+            continue
+        if ok is False and 1 <= served <= n_tiers:   # the reference itself failed
+            if agreed:
+                labels[int(r) - 1] = 0
+        else:
+            labels[int(r) - 1] = int(bool(agreed))
     return labels
 
 

@@ -6,7 +6,7 @@ exists, when at least ``ROUTER_RETRAIN_MIN_NEW_LABELS`` labelled traces arrived 
 version was trained. Scopes are each tenant and each of its workflows
 ("tenant:<id>", "tenant:<id>:wf:<workflow>"), over requests of the last
 ``ROUTER_TRAIN_WINDOW_DAYS``. Only the label-bearing parts of the payload are read, not the
-feature vectors. A label given late (feedback on a request older than the last version)
+feature vectors; tier-1 exploration verdicts (``app.cascade.traces``) count as labels. A label given late (feedback on a request older than the last version)
 is not counted as new; the next retrain still uses it.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from app.extensions import db
 from app.ledger.models import LedgerEntry
 from app.cascade import evaluation as ev
 from app.cascade.models import RouterModel
+from app.cascade.traces import explored_verdicts, merge_shadow
 
 log = logging.getLogger(__name__)
 N_TIERS = 3
@@ -32,7 +33,8 @@ QUEUED_TTL_S = 3600  # one train per scope in flight at a time (a lock that expi
 
 def _label_rows(since: datetime):
     p = LedgerEntry.payload
-    q = db.select(LedgerEntry.tenant_id, LedgerEntry.workflow, LedgerEntry.at, p["tier_rank"],
+    q = db.select(LedgerEntry.request_id, LedgerEntry.tenant_id, LedgerEntry.workflow,
+                  LedgerEntry.at, p["tier_rank"],
                   p["feedback"], p["schema_valid"], p["pipeline"]["schema_valid"], p["shadow"],
                   p["escalated_from"], p["router_features"][0]).where(
         LedgerEntry.kind == "request", LedgerEntry.cache == "miss", LedgerEntry.at >= since)
@@ -59,9 +61,12 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
     trained = {s: _aware(at) for s, at in _last_trained().items()}
     counts: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"tiers": [0] * (N_TIERS - 1), "labelled": 0, "new": 0})
-    for tenant_id, workflow, at, rank, fb, sv_top, sv_pipe, shadow, esc, feat0 in _label_rows(since):
+    explored = explored_verdicts("global", since=since)
+    for rid, tenant_id, workflow, at, rank, fb, sv_top, sv_pipe, shadow, esc, feat0 \
+            in _label_rows(since):
         if feat0 is None or not rank:
             continue
+        shadow = merge_shadow(shadow, explored.get(rid))
         labels = ev.tier_labels({"tier_rank": rank, "feedback": fb, "shadow": shadow,
                                  "schema_valid": sv_top if sv_top is not None else sv_pipe,
                                  "escalated_from": esc}, N_TIERS)

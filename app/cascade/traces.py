@@ -4,7 +4,13 @@ What the gateway writes into ``LedgerEntry.payload`` for a request to be a trace
 ``router_features`` (the S01 vector), ``tier_rank`` (the tier served),
 ``escalated_from`` ([ranks the margin monitor aborted]) and, from S05,
 ``pipeline.schema_valid``; the ledger drain adds ``feedback`` (``{"pass": bool, "note",
-"at"}`` from POST /v1/feedback) and shadow runs ``shadow`` ({rank: bool}).
+"at"}`` from POST /v1/feedback).
+
+``shadow`` ({rank: bool}) comes from the gateway's tier-1 exploration runs
+(``app.gateway.shadow``, explore mode): rows of kind ``shadow`` whose payload has
+``explore: true``, ``shadow_of`` (the request they answered again), ``tier_rank`` and
+``agreed``. The ledger is append-only, so the verdict stays in its own row and is joined
+to its request here.
 """
 from __future__ import annotations
 
@@ -24,23 +30,69 @@ def schema_valid(payload: dict[str, Any]) -> bool | None:
     return (payload.get("pipeline") or {}).get("schema_valid")
 
 
-def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
-    """The newest ``limit`` request rows of ``scope`` that carry router features."""
-    q = db.select(LedgerEntry).where(LedgerEntry.kind == "request", LedgerEntry.cache == "miss")
+def _in_scope(q, scope: str):
     tenant_id = scope_tenant_id(scope)
     if tenant_id is not None:
         q = q.where(LedgerEntry.tenant_id == tenant_id)
         if ":wf:" in scope:
             q = q.where(LedgerEntry.workflow == scope.split(":wf:", 1)[1])
+    return q
+
+
+def explore_verdict(payload: Any) -> tuple[str, str, bool] | None:
+    """(request id shadowed, tier rank, agreed) of an exploration row's payload; None for
+    any other row (an adapter's shadow run, a failed run)."""
+    p = payload or {}
+    if p.get("explore") is not True or not p.get("shadow_of") or not p.get("tier_rank"):
+        return None
+    if not isinstance(p.get("agreed"), bool):
+        return None
+    return str(p["shadow_of"]), str(int(p["tier_rank"])), p["agreed"]
+
+
+def merge_shadow(own: Any, explored: dict[str, bool] | None) -> dict[str, bool] | None:
+    """A request's shadow verdicts: its payload's own, then its exploration rows'."""
+    if not own and not explored:
+        return None
+    return {**{str(k): v for k, v in (own or {}).items()}, **(explored or {})}
+
+
+def explored_verdicts(scope: str, since=None) -> dict[str, dict[str, bool]]:
+    """request id -> {tier rank: agreed} from the exploration rows of ``scope``."""
+    q = _in_scope(db.select(LedgerEntry.payload).where(LedgerEntry.kind == "shadow"), scope)
+    if since is not None:
+        q = q.where(LedgerEntry.at >= since)
+    out: dict[str, dict[str, bool]] = {}
+    for (payload,) in db.session.execute(q):
+        found = explore_verdict(payload)
+        if found is not None:
+            rid, rank, agreed = found
+            out.setdefault(rid, {})[rank] = agreed
+    return out
+
+
+def traces_from_ledger(scope: str, limit: int = 50_000) -> list[dict[str, Any]]:
+    """The newest ``limit`` request rows of ``scope`` that carry router features, with
+    their exploration verdicts in ``shadow``."""
+    q = _in_scope(db.select(LedgerEntry).where(LedgerEntry.kind == "request",
+                                               LedgerEntry.cache == "miss"), scope)
     out = []
+    oldest = None
     for row in db.session.scalars(q.order_by(LedgerEntry.id.desc()).limit(limit)):
         p = row.payload or {}
         if not p.get("router_features") or not p.get("tier_rank"):
             continue
+        if row.at is not None and (oldest is None or row.at < oldest):
+            oldest = row.at
         out.append({"request_id": row.request_id, "features": p["router_features"],
                     "tier_rank": int(p["tier_rank"]), "prompt_tokens": row.prompt_tokens,
                     "completion_tokens": row.completion_tokens, "schema_valid": schema_valid(p),
                     **{k: p.get(k) for k in TRACE_FIELDS}})
+    if out:
+        # an exploration run is booked after the request it shadows, never before
+        explored = explored_verdicts(scope, since=oldest)
+        for t in out:
+            t["shadow"] = merge_shadow(t.get("shadow"), explored.get(t["request_id"]))
     return out
 
 

@@ -69,6 +69,12 @@ FIELDS: dict[str, Field] = {
     "canary_min_pass_rate": Field(float, 0.95, 0.0, 1.0,
                                   help="Roll an adapter back when the validator/feedback pass "
                                        "rate of its answers is below this"),
+    # exploration for the router's labels (app.gateway.shadow): tier 1 also answers this
+    # share of the requests a higher tier served, off the path and off the budget, so the
+    # router learns where tier 1 would have passed
+    "explore_pct": Field(float, 5.0, 0.0, 100.0,
+                         help="Share (%) of requests served above tier 1 that tier 1 also "
+                              "answers off the path, for the router's labels (0: off)"),
     # the seed's bound E[Regret] <= 0.008 (app.cascade.regret): a router version is
     # promoted with the τ whose 95% upper bound on regret stays within this
     "router_max_regret": Field(float, 0.008, 0.0, 1.0,

@@ -77,6 +77,7 @@ class RequestContext:
     replica: dict | None = None
     routing_key: str | None = None          # S03's rendezvous key (session or static prefix)
     adapter: str | None = None              # the LoRA adapter S04 asked for (app.gateway.adapters)
+    explore_sampled: bool | None = None     # drawn for tier-1 exploration (app.gateway.shadow)
     inflight_replica: Any = None            # replica id counted in flight (released on book)
     failed_replicas: set = field(default_factory=set)
     escalated: bool = False

@@ -1,20 +1,29 @@
-"""Shadow runs: a workflow's adapter in shadow answers the same request off the path.
+"""Off-path runs on tier 1: an adapter in shadow, and exploration for the router's labels.
 
-After the client has its answer (``Gateway.book``), a request of a workflow whose
-adapter is in shadow (the snapshot entry's ``shadow``) that a higher tier than tier 1
-answered successfully is, with probability ``sample_pct``, sent again to a tier-1
-replica that loaded the adapter: the client's own body, ``model=<adapter>``, not
-streamed, no S00 cache, the tenant's engine cache salt. The adapter's answer is compared
-with the answer the client got (``verdict``) and booked as a ledger event of its own:
-kind ``shadow``, request id ``<request id>-shadow``, priced at tier 1,
-payload {shadow_of, adapter, agreed}. ``adapters.shadow_rollup`` turns those rows into
-the adapter's concordance and its approval gate.
+After the client has its answer (``Gateway.book``), a request that a higher tier than
+tier 1 answered successfully may be sent again to a tier-1 replica, off the path: the
+client's own body, not streamed, no S00 cache, the tenant's engine cache salt. Tier 1's
+answer is compared with the answer the client got (``verdict``: JSON per field, text
+normalized, as ``app.core.concordance``) and booked as a ledger event of its own, kind
+``shadow``, priced at tier 1. Two modes, each with its own sampling, cap and metric:
 
-Shadow traffic never touches the client's answer, headers or budget: it runs as a
+- ``adapter``: a workflow's adapter in shadow (the snapshot entry's ``shadow``), with
+  probability ``sample_pct``, on a replica that loaded it; request id
+  ``<request id>-shadow``, payload {shadow_of, adapter, agreed}. ``adapters.shadow_rollup``
+  turns those rows into the adapter's concordance and its approval gate.
+- ``explore``: what tier 1 would have served (the base model, or the workflow's promoted /
+  canary adapter where a replica holds it) for a request the router can learn from (it
+  logged S01's features), with probability policy ``explore_pct``; request id
+  ``<request id>-explore``, payload {explore: true, tier_rank, shadow_of, agreed}. The
+  cascade's trace reader (``app.cascade.traces``) puts the verdict into the shadowed
+  request's ``trace["shadow"]``, so tier 1 gets labels on traffic it never served: without
+  them its classifier only ever sees failures and auto traffic never reaches it.
+
+Off-path traffic never touches the client's answer, headers or budget: it runs as a
 background task, reserves and settles nothing (``BudgetGuard`` is not called), at most
-``ADAPTERS_SHADOW_MAX_INFLIGHT`` at once per process (more are skipped), and a failure
-is logged and counted, never raised. FinOps leaves kind ``shadow`` out of every budget
-and total.
+``ADAPTERS_SHADOW_MAX_INFLIGHT`` / ``GATEWAY_EXPLORE_MAX_INFLIGHT`` at once per process
+(more are skipped; 0 turns the mode off), and a failure is logged and counted, never
+raised. FinOps leaves kind ``shadow`` out of every budget and total.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,8 +48,25 @@ from app.gateway.telemetry import usage_tokens
 from app.gateway.upstream import chat_url, upstream_request_headers
 
 log = logging.getLogger(__name__)
-_open = 0   # shadow calls this process has in flight
+ADAPTER, EXPLORE = "adapter", "explore"
+_CAP = {ADAPTER: "ADAPTERS_SHADOW_MAX_INFLIGHT", EXPLORE: "GATEWAY_EXPLORE_MAX_INFLIGHT"}
+_open = {ADAPTER: 0, EXPLORE: 0}   # off-path calls this process has in flight, per mode
 _NOT_FORWARDED = ("stream", "stream_options", "n")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One off-path run: the tier-1 model asked, where, and how it is booked."""
+
+    mode: str                           # ADAPTER | EXPLORE
+    model: str                          # the engine's model name (base or lora_name)
+    tier: Mapping[str, Any]             # tier 1
+    replica_ids: frozenset | None       # replicas that may answer (None: any of the pool)
+    adapter: str | None = None          # the adapter asked for, if any
+
+    @property
+    def suffix(self) -> str:
+        return "-shadow" if self.mode == ADAPTER else "-explore"
 
 
 def answer_text(ctx: RequestContext) -> str | None:
@@ -67,6 +94,11 @@ def verdict(served: str, shadow: str, as_json: bool) -> bool:
     return normalize_text(served) == normalize_text(shadow)
 
 
+def _served_above_tier_one(ctx: RequestContext, tier: Mapping[str, Any] | None) -> bool:
+    return (ctx.status == 200 and ctx.cache == "miss" and bool(ctx.tier) and not ctx.error
+            and tier is not None and ctx.tier.get("rank", 0) > tier["rank"])
+
+
 def eligible(ctx: RequestContext) -> tuple[ShadowEntry, Mapping[str, Any]] | None:
     """(shadow entry, tier 1) when ``ctx`` is a request to shadow (before sampling)."""
     if ctx.status != 200 or ctx.cache != "miss" or not ctx.tier or ctx.error:
@@ -75,15 +107,67 @@ def eligible(ctx: RequestContext) -> tuple[ShadowEntry, Mapping[str, Any]] | Non
     if shadow is None:
         return None
     tier = adapters.tier_one(ctx.snapshot, shadow.pool_id)
-    if tier is None or ctx.tier.get("rank", 0) <= tier["rank"]:
+    if not _served_above_tier_one(ctx, tier):
         return None
     return shadow, tier
 
 
-def shadow_body(ctx: RequestContext, shadow: ShadowEntry) -> dict[str, Any]:
-    """The client's request for the adapter: same messages and limits, not streamed."""
+# --- exploration --------------------------------------------------------------------
+
+def explore_tier(ctx: RequestContext) -> Mapping[str, Any] | None:
+    """Tier 1 when exploring it could teach the router something: it is a pool tier the
+    tenant may use, and the request logged S01's features (a trace to label)."""
+    tiers = ctx.snapshot.tiers
+    if not tiers or ctx.router_features is None:
+        return None
+    first = tiers[0]
+    if first.get("upstream_kind") != "pool" or first.get("rank") != 1:
+        return None
+    if first not in ctx.snapshot.allowed_tiers(ctx.tenant):
+        return None
+    return first
+
+
+def explore_sampled(ctx: RequestContext) -> bool:
+    """The request's one draw against policy ``explore_pct`` (made once, kept on ctx, so
+    S04 can ask the relay to assemble a stream that will be explored)."""
+    if ctx.explore_sampled is None:
+        pct = float(ctx.policy.get("explore_pct") or 0.0)
+        on = ctx.services is not None and int(ctx.services.config[_CAP[EXPLORE]]) > 0
+        ctx.explore_sampled = on and pct > 0 and random.random() * 100.0 < pct
+    return ctx.explore_sampled
+
+
+def may_explore(ctx: RequestContext) -> bool:
+    """Before the answer (S04): sampled, on a tier above tier 1, with features logged."""
+    tier = explore_tier(ctx)
+    return (tier is not None and bool(ctx.tier) and ctx.tier.get("rank", 0) > tier["rank"]
+            and explore_sampled(ctx))
+
+
+def explore_probe(ctx: RequestContext) -> Probe | None:
+    """What tier 1 would have served ``ctx`` with, when it is a request to explore (after
+    sampling); None otherwise. A request whose tier-1 attempt the margin monitor already
+    aborted is known to fail there: not explored."""
+    tier = explore_tier(ctx)
+    if not _served_above_tier_one(ctx, tier) or not explore_sampled(ctx):
+        return None
+    if 1 in (ctx.telemetry.get("escalated_from") or ()):
+        return None
+    entry = adapters.entry_for(ctx)
+    if entry is not None and entry.pool_id == tier.get("pool_id"):
+        chosen = adapters.arm(entry, replicas.routing_key(ctx))
+        if chosen is not None and chosen[1]:
+            return Probe(EXPLORE, chosen[0], tier, frozenset(chosen[1]), chosen[0])
+    return Probe(EXPLORE, ctx.snapshot.served_model(tier), tier, None)
+
+
+# --- the run ------------------------------------------------------------------------
+
+def probe_body(ctx: RequestContext, model: str) -> dict[str, Any]:
+    """The client's request for tier 1: same messages and limits, not streamed."""
     body = {k: v for k, v in ctx.body.items() if k not in _NOT_FORWARDED}
-    body["model"] = shadow.name
+    body["model"] = model
     body["stream"] = False
     salt = replicas.salt(ctx)
     if salt:
@@ -91,50 +175,76 @@ def shadow_body(ctx: RequestContext, shadow: ShadowEntry) -> dict[str, Any]:
     return body
 
 
-def _replica(ctx: RequestContext, shadow: ShadowEntry) -> Mapping[str, Any] | None:
-    pool = ctx.snapshot.pools.get(str(shadow.pool_id))
-    loaded = set(shadow.replicas_loaded)
+def shadow_body(ctx: RequestContext, shadow: ShadowEntry) -> dict[str, Any]:
+    return probe_body(ctx, shadow.name)
+
+
+def _replica(ctx: RequestContext, probe: Probe) -> Mapping[str, Any] | None:
+    pool = ctx.snapshot.pools.get(str(probe.tier.get("pool_id")))
     upstream = ctx.services.upstream
-    reps = [r for r in (pool.replicas if pool else ()) if r.id in loaded
-            and r.state == "healthy" and r.url and not upstream.is_ejected(r.url)]
+    reps = [r for r in (pool.replicas if pool else ()) if r.state == "healthy" and r.url
+            and not upstream.is_ejected(r.url)]
+    if probe.replica_ids is not None:
+        holding = [r for r in reps if r.id in probe.replica_ids]
+        # an adapter's shadow needs its adapter; exploration, as S03, falls back to the
+        # base model on any replica when none holds the workflow's adapter
+        if probe.mode == ADAPTER or holding:
+            reps = holding
     return replicas.pick(ctx, reps) if reps else None
 
 
-def shadow_event(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
-                 replica: Mapping[str, Any], usage: dict, agreed: bool,
-                 latency_ms: float, as_json: bool) -> LedgerEvent:
+def probe_event(ctx: RequestContext, probe: Probe, model: str, replica: Mapping[str, Any],
+                usage: dict, agreed: bool, latency_ms: float, as_json: bool) -> LedgerEvent:
     at = datetime.now(timezone.utc)
     prompt, cached, out = usage_tokens(usage)
-    cost = tier_cost(tier, at, prompt, cached, out)
+    cost = tier_cost(probe.tier, at, prompt, cached, out)
+    payload: dict[str, Any] = {"shadow_of": ctx.request_id, "agreed": agreed,
+                               "metric": "json_fields" if as_json else "text",
+                               "served_tier": ctx.tier.get("name"),
+                               "replica": replica.get("name")}
+    if probe.mode == ADAPTER:
+        payload["adapter"] = probe.adapter
+    else:
+        payload.update(explore=True, tier_rank=int(probe.tier["rank"]), model=model,
+                       served_rank=ctx.tier.get("rank"),
+                       adapter=probe.adapter if model == probe.adapter else None)
     return {
-        "request_id": f"{ctx.request_id}-shadow", "at": at.isoformat(),
+        "request_id": f"{ctx.request_id}{probe.suffix}", "at": at.isoformat(),
         "tenant_id": ctx.tenant["id"], "workflow": ctx.workflow_signature,
-        "workflow_name": ctx.workflow_name, "tier": tier["name"], "model": shadow.name,
+        "workflow_name": ctx.workflow_name, "tier": probe.tier["name"], "model": model,
         "status": 200, "cache": "miss", "prompt_tokens": prompt, "cached_tokens": cached,
         "completion_tokens": out, "cost_usd": f"{cost:f}", "baseline_cost_usd": "0",
         "escalated": False, "ttft_ms": None, "latency_ms": round(latency_ms, 3),
-        "usage_source": "upstream", "adapter": shadow.name, "kind": "shadow",
-        "payload": {"shadow_of": ctx.request_id, "adapter": shadow.name, "agreed": agreed,
-                    "metric": "json_fields" if as_json else "text",
-                    "served_tier": ctx.tier.get("name"), "replica": replica.get("name")}}
+        "usage_source": "upstream",
+        # the adapter column is the adapter shadow's evidence (app.adapters.serving): an
+        # exploration run is the router's, named only in its payload
+        "adapter": probe.adapter if probe.mode == ADAPTER else "", "kind": "shadow",
+        "payload": payload}
 
 
-async def run(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
-              served: str, submit: Callable[[dict], None]) -> bool | None:
-    """One shadow call and its ledger event; returns the verdict (None: it failed)."""
-    global _open
-    services = ctx.services
+def _count(ctx: RequestContext, probe: Probe, outcome: str) -> None:
+    metrics = ctx.services.metrics
+    counter = metrics.shadow_runs if probe.mode == ADAPTER else metrics.explore_runs
+    counter.labels(outcome).inc()
+
+
+async def run_probe(ctx: RequestContext, probe: Probe, served: str,
+                    submit: Callable[[dict], None]) -> bool | None:
+    """One off-path call and its ledger event; returns the verdict (None: it failed)."""
     try:
         await asyncio.sleep(0)  # the client's answer goes out first
-        replica = _replica(ctx, shadow)
+        replica = _replica(ctx, probe)
         if replica is None:
-            services.metrics.shadow_runs.labels("no_replica").inc()
+            _count(ctx, probe, "no_replica")
             return None
-        rid = f"{ctx.request_id}-shadow"
+        holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
+        model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
         started = time.perf_counter()
-        resp = await services.upstream.open(
-            chat_url(replica["url"]), upstream_request_headers(ctx.client_headers, rid, None),
-            shadow_body(ctx, shadow), float(tier.get("timeout_s") or 60.0), False)
+        resp = await ctx.services.upstream.open(
+            chat_url(replica["url"]),
+            upstream_request_headers(ctx.client_headers, f"{ctx.request_id}{probe.suffix}",
+                                     None),
+            probe_body(ctx, model), float(probe.tier.get("timeout_s") or 60.0), False)
         try:
             data = orjson.loads(resp.content)
         finally:
@@ -143,45 +253,65 @@ async def run(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
         content = data["choices"][0]["message"]["content"] or ""
         as_json = wants_json(ctx.body)
         agreed = verdict(served, content, as_json)
-        submit(shadow_event(ctx, shadow, tier, replica, data.get("usage") or {}, agreed,
-                            latency_ms, as_json))
-        services.metrics.shadow_runs.labels("agreed" if agreed else "disagreed").inc()
+        submit(probe_event(ctx, probe, model, replica, data.get("usage") or {}, agreed,
+                           latency_ms, as_json))
+        _count(ctx, probe, "agreed" if agreed else "disagreed")
         return agreed
-    except Exception as exc:  # noqa: BLE001 - a shadow run never touches the answer
-        log.warning("request %s: shadow run of %s failed: %s", ctx.request_id, shadow.name,
-                    exc)
+    except Exception as exc:  # noqa: BLE001 - an off-path run never touches the answer
+        log.warning("request %s: %s run of %s failed: %s", ctx.request_id, probe.mode,
+                    probe.model, exc)
         try:
-            services.metrics.shadow_runs.labels("failed").inc()
+            _count(ctx, probe, "failed")
         except Exception:  # noqa: BLE001
             pass
         return None
     finally:
-        _open -= 1
+        _open[probe.mode] -= 1
+
+
+async def run(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
+              served: str, submit: Callable[[dict], None]) -> bool | None:
+    """An adapter's shadow run (``run_probe`` in adapter mode)."""
+    probe = Probe(ADAPTER, shadow.name, tier, frozenset(shadow.replicas_loaded), shadow.name)
+    return await run_probe(ctx, probe, served, submit)
+
+
+def _spawn(ctx: RequestContext, probe: Probe, served: str, spawn: Callable[[Any], None],
+           submit: Callable[[dict], None]) -> None:
+    if _open[probe.mode] >= int(ctx.services.config[_CAP[probe.mode]]):
+        _count(ctx, probe, "skipped")
+        return
+    _open[probe.mode] += 1   # released by run_probe()
+    try:
+        spawn(run_probe(ctx, probe, served, submit))
+    except Exception:
+        _open[probe.mode] -= 1
+        raise
 
 
 def offer(ctx: RequestContext, spawn: Callable[[Any], None],
           submit: Callable[[dict], None]) -> None:
-    """``Gateway.book``'s hook: when ``ctx`` is to be shadowed (and sampled in, and the
-    process has room), ``spawn`` the shadow run. Never raises."""
-    global _open
-    try:
-        found = eligible(ctx)
-        if found is None:
-            return
-        shadow, tier = found
-        if random.random() * 100.0 >= shadow.sample_pct:
-            return
-        served = answer_text(ctx)
-        if served is None:
-            return
-        if _open >= int(ctx.services.config["ADAPTERS_SHADOW_MAX_INFLIGHT"]):
-            ctx.services.metrics.shadow_runs.labels("skipped").inc()
-            return
-        _open += 1   # released by run()
+    """``Gateway.book``'s hook: when ``ctx`` is to be shadowed by an adapter and/or
+    explored on tier 1 (and sampled in, and the process has room), ``spawn`` the runs.
+    Never raises."""
+    for mode, find in ((ADAPTER, _adapter_probe), (EXPLORE, explore_probe)):
         try:
-            spawn(run(ctx, shadow, tier, served, submit))
-        except Exception:
-            _open -= 1
-            raise
-    except Exception:  # noqa: BLE001 - the shadow never fails the answer
-        log.exception("request %s: shadow offer failed", ctx.request_id)
+            probe = find(ctx)
+            if probe is None:
+                continue
+            served = answer_text(ctx)
+            if served is None:
+                continue
+            _spawn(ctx, probe, served, spawn, submit)
+        except Exception:  # noqa: BLE001 - an off-path run never fails the answer
+            log.exception("request %s: %s offer failed", ctx.request_id, mode)
+
+
+def _adapter_probe(ctx: RequestContext) -> Probe | None:
+    found = eligible(ctx)
+    if found is None:
+        return None
+    shadow, tier = found
+    if random.random() * 100.0 >= shadow.sample_pct:
+        return None
+    return Probe(ADAPTER, shadow.name, tier, frozenset(shadow.replicas_loaded), shadow.name)

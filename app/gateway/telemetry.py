@@ -52,6 +52,9 @@ class GatewayMetrics:
                                     "Ledger events waiting to reach Redis", registry=r)
         self.shadow_runs = Counter("sluice_gateway_shadow_runs", "Shadow runs of adapters "
                                    "(app.gateway.shadow), by outcome", ["outcome"], registry=r)
+        self.explore_runs = Counter("sluice_gateway_explore_runs", "Tier-1 exploration runs "
+                                    "for the router's labels (app.gateway.shadow), by outcome",
+                                    ["outcome"], registry=r)
         self.ledger_errors = Counter("sluice_gateway_ledger_write_errors",
                                      "Failed ledger stream writes (retried)", registry=r)
 

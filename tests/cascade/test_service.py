@@ -24,6 +24,13 @@ def test_tier_labels_rules():
     assert ev.tier_labels({"tier_rank": 2, "schema_valid": True, "escalated_from": [1]}) == [0, 1, 1]
     assert ev.tier_labels({"tier_rank": 3, "feedback": "pass", "shadow": {"1": True}}) == [1, None, 1]
     assert ev.tier_labels({"tier_rank": 1}) == [None, None, None]
+    # an exploration verdict is judged against the served answer: agreeing with a failing
+    # answer fails, disagreeing with a passing (or unjudged) one fails
+    assert ev.tier_labels({"tier_rank": 3, "feedback": "fail", "shadow": {"1": True}}) == [0, 0, 0]
+    assert ev.tier_labels({"tier_rank": 3, "feedback": "fail", "shadow": {"1": False}}) == [0, 0, 0]
+    assert ev.tier_labels({"tier_rank": 3, "feedback": "pass", "shadow": {"1": False}}) == [0, None, 1]
+    assert ev.tier_labels({"tier_rank": 2, "shadow": {"1": True}}) == [1, None, None]
+    assert ev.tier_labels({"tier_rank": 2, "shadow": {"1": False}}) == [0, None, None]
     # feedback as the ledger drain stores it; S05's verdict as the ledger reader passes it on
     assert ev.tier_labels({"tier_rank": 2, "feedback": {"pass": False, "note": ""}}) == [0, 0, None]
     assert ev.tier_labels({"tier_rank": 2, "schema_valid": False,

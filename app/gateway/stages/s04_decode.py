@@ -13,7 +13,7 @@ import logging
 
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway import adapters, replicas, traces
+from app.gateway import adapters, replicas, shadow, traces
 from app.gateway.stages import s04_margin
 from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
 
@@ -26,8 +26,9 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
         s04_margin.ask_logprobs(body)
     ctx.adapter = adapters.adapter_for(ctx)
     body["model"] = ctx.adapter or ctx.snapshot.served_model(ctx.tier)
-    if ctx.stream and (adapters.shadow_for(ctx) is not None or traces.candidate(ctx)):
-        ctx.collect_stream = True  # a shadow run or a trace needs the assembled answer
+    if ctx.stream and (adapters.shadow_for(ctx) is not None or traces.candidate(ctx)
+                       or shadow.may_explore(ctx)):
+        ctx.collect_stream = True  # a shadow run, exploration or a trace needs the answer
     if ctx.stream:
         # Always ask for usage: the ledger needs it; S05/relay drops it if the client didn't.
         body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
