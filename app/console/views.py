@@ -5,12 +5,12 @@ form, call the service, render. Each area's pages are its own blueprint ``bp`` i
 """
 from __future__ import annotations
 
-from decimal import Decimal
 
 from flask import Blueprint, render_template
 from flask_login import current_user, login_required
 
 from app.catalog import service as catalog
+from app.core.costing import format_usd
 from app.tenants.service import visible_tenants
 
 bp = Blueprint("console", __name__)
@@ -18,10 +18,9 @@ bp = Blueprint("console", __name__)
 
 @bp.app_template_filter("usd")
 def usd(value) -> str:
-    """$ with at least 2 and at most 6 decimals, no trailing zeros past the cents."""
-    text = f"{Decimal(str(value)):.6f}".rstrip("0")
-    whole, _, frac = text.partition(".")
-    return f"${whole}.{frac.ljust(2, '0')}"
+    """$ with at least 2 and at most 6 decimals, no trailing zeros past the cents (the
+    one rule: ``costing.format_usd``)."""
+    return format_usd(value)
 
 
 @bp.route("/")

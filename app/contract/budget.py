@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import Any, Iterable, Iterator
 
 from app.contract.keys import Keys
-from app.core.costing import from_micro, to_micro
+from app.core.costing import format_usd, from_micro, to_micro
 
 log = logging.getLogger(__name__)
 UNBOOKED_MAX_AGE_S = 6 * 3600  # an undrained count older than this lost its ledger event
@@ -141,8 +141,8 @@ def _text(value: Any) -> str:
 
 
 def exhausted_message(tenant: str, limit_micro: int, spent_micro: int, period: str) -> str:
-    return (f"Monthly budget of ${from_micro(limit_micro):,.2f} for tenant {tenant} is "
-            f"exhausted (spent ${from_micro(spent_micro):,.2f} in {period}; requests in "
+    return (f"Monthly budget of {format_usd(from_micro(limit_micro))} for tenant {tenant} is "
+            f"exhausted (spent {format_usd(from_micro(spent_micro))} in {period}; requests in "
             f"flight count against it). It resets at "
             f"{period_end(period).strftime('%Y-%m-%dT%H:%MZ')}, or ask a FinOps admin to "
             f"raise it.")

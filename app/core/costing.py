@@ -7,9 +7,14 @@ Rounding rules (one place, so every report agrees):
 
 - Per-request amounts are exact Decimals kept at 10 decimals (``to_ledger``), which is
   what ``ledger_entries.cost_usd`` (Numeric(18, 10)) stores. Sums in SQL are exact.
-- Cents appear only for display and report totals: ``cents`` rounds an exact sum half-up.
-  A breakdown shown next to a total uses ``allocate_cents`` (largest remainder), so the
-  shown lines add up to the shown total to the cent.
+- Amounts are shown to the micro-dollar (``SHOWN``, the unit the budget counters count
+  in): an LLM request costs fractions of a cent, so a cent would show most of them as
+  $0.00. ``shown`` rounds an exact sum half-up; a breakdown shown next to a total uses
+  ``allocate`` (largest remainder), so the shown lines add up to the shown total exactly;
+  ``format_usd`` writes an amount the one way page, message and report all use (cents
+  always, up to six decimals, no trailing zeros past the cents: $0.0044, $12.50). The
+  page, the API and the CSV carry the same shown amounts. ``cents`` remains for what is
+  settled in cents (an invoice line).
 - Budgets count integer micro-dollars in Redis (``to_micro``: reservations round up,
   actual spend rounds half-up).
 """
@@ -22,6 +27,7 @@ from typing import Any, Hashable, Mapping, Sequence, TypeVar
 
 LEDGER_QUANTUM = Decimal("1e-10")
 CENT = Decimal("0.01")
+SHOWN = Decimal("0.000001")     # a micro-dollar: the precision every amount is shown with
 MICRO = Decimal(1_000_000)
 K = TypeVar("K", bound=Hashable)
 
@@ -41,24 +47,50 @@ def cents(amount: Decimal) -> Decimal:
     return _dec(amount).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def allocate_cents(amounts: Sequence[Decimal]) -> list[Decimal]:
-    """Round each amount to cents so the rounded parts sum exactly to ``cents(sum)``
-    (largest remainder; ties go to the earlier item)."""
+def shown(amount: Any) -> Decimal:
+    """Half-up to the micro-dollar: the amount as every page and report shows it."""
+    return _dec(amount).quantize(SHOWN, rounding=ROUND_HALF_UP)
+
+
+def format_usd(amount: Any, *, grouped: bool = True, symbol: bool = True) -> str:
+    """``$1,234.50``, ``$0.0044``, ``-$0.000012``: ``shown`` with at least the cents and
+    no trailing zeros past them; "—" for None. ``symbol=False, grouped=False`` is the
+    same figure as a plain number (``1234.50``) for CSV and webhooks."""
+    if amount is None:
+        return "—" if symbol else ""
+    value = shown(amount)
+    if symbol and value == 0 and _dec(amount) != 0:
+        return "<$0.000001" if _dec(amount) > 0 else "-<$0.000001"
+    sign = "-" if value < 0 else ""
+    text = f"{abs(value):,.6f}" if grouped else f"{abs(value):.6f}"
+    whole, _, frac = text.partition(".")
+    frac = frac.rstrip("0").ljust(2, "0")
+    return f"{sign}{'$' if symbol else ''}{whole}.{frac}"
+
+
+def allocate(amounts: Sequence[Decimal], quantum: Decimal = SHOWN) -> list[Decimal]:
+    """Round each amount to ``quantum`` so the rounded parts sum exactly to the rounded
+    sum (largest remainder; ties go to the earlier item)."""
     exact = [_dec(a) for a in amounts]
     if not exact:
         return []
-    total = cents(sum(exact, Decimal(0)))
-    floors = [(a / CENT).to_integral_value(rounding=ROUND_FLOOR) * CENT for a in exact]
-    short = int(((total - sum(floors, Decimal(0))) / CENT).to_integral_value())
+    total = _dec(sum(exact, Decimal(0))).quantize(quantum, rounding=ROUND_HALF_UP)
+    floors = [(a / quantum).to_integral_value(rounding=ROUND_FLOOR) * quantum for a in exact]
+    short = int(((total - sum(floors, Decimal(0))) / quantum).to_integral_value())
     order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - floors[i]), i))
     out = list(floors)
     if short >= 0:
         for i in order[:short]:
-            out[i] += CENT
-    else:  # only with negative amounts (credits): take cents back from the smallest remainders
+            out[i] += quantum
+    else:  # only with negative amounts (credits): take back from the smallest remainders
         for i in order[::-1][:-short]:
-            out[i] -= CENT
-    return out
+            out[i] -= quantum
+    return [o.quantize(quantum) for o in out]
+
+
+def allocate_cents(amounts: Sequence[Decimal]) -> list[Decimal]:
+    """``allocate`` to the cent (parts sum exactly to ``cents(sum)``)."""
+    return allocate(amounts, CENT)
 
 
 def to_micro(amount_usd: Decimal | float | int | str, *, round_up: bool = False) -> int:

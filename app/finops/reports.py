@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 
-from app.core.costing import allocate_cents, cents
+from app.core.costing import allocate, format_usd, shown
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.finops import histogram
@@ -177,7 +177,7 @@ def short_money(amount: Decimal) -> str:
         return f"{sign}${a / 1_000_000:.3g}M"
     if a >= 1000:
         return f"{sign}${a / 1000:.4g}K"
-    return f"{sign}${cents(a)}"
+    return f"{sign}{format_usd(a)}"
 
 
 # --- dashboard ------------------------------------------------------------------------
@@ -272,17 +272,21 @@ def cohorts(user, period: Period, tenant_id: Any = None) -> dict[str, Any]:
     all_tokens = total["tokens"] or 1
     for r in out:
         r["token_share_pct"] = 100.0 * r["tokens"] / all_tokens
-    _display_cents(out, total, ("baseline", "cost", "savings"))
+    _display_shown(out, total, ("baseline", "cost", "savings"))
+    for r in (*out, total):   # the change against all-frontier, as the page shows it
+        r["delta_shown"] = r["cost_shown"] - r["baseline_shown"]
+        r["delta_pct"] = -r["savings_pct"]
     return {"period": period, "tenant_id": tid, "rows": out, "total": total}
 
 
-def _display_cents(rows: list[dict], total: dict, fields: Sequence[str]) -> None:
-    """``<field>_cents`` on each row, summing exactly to the total's cents."""
+def _display_shown(rows: list[dict], total: dict, fields: Sequence[str]) -> None:
+    """``<field>_shown`` on each row (to the micro-dollar, ``costing.allocate``), summing
+    exactly to the total's: what the page and the CSV both show."""
     for f in fields:
-        parts = allocate_cents([r[f] for r in rows])
+        parts = allocate([r[f] for r in rows])
         for r, c in zip(rows, parts):
-            r[f + "_cents"] = c
-        total[f + "_cents"] = cents(total[f])
+            r[f + "_shown"] = c
+        total[f + "_shown"] = shown(total[f])
 
 
 # --- showback / chargeback ------------------------------------------------------------
@@ -303,7 +307,7 @@ def showback(user, period: Period, tenant_id: Any = None) -> dict[str, Any]:
             if b and b.monthly_limit_usd else None
     rows.sort(key=lambda r: (r["tenant_id"] == 0, -r["cost"]))
     total = _merge(rows) if rows else _empty()
-    _display_cents(rows, total, ("token_cost", "gpu_cost", "adjustments", "cost", "baseline",
+    _display_shown(rows, total, ("token_cost", "gpu_cost", "adjustments", "cost", "baseline",
                                  "savings"))
     return {"period": period, "tenant_id": tid, "rows": rows, "total": total}
 
@@ -314,14 +318,14 @@ REPORT_COLUMNS: dict[str, list[tuple[str, str]]] = {
     "cohorts": [("category", "category"), ("label", "label"), ("tokens", "tokens"),
                 ("token_share_pct", "token_share_pct"), ("dominant", "dominant_tier"),
                 ("prefix_hit_pct", "prefix_hit_pct"), ("semantic_hit_pct", "semantic_hit_pct"),
-                ("requests", "requests"), ("baseline_cents", "baseline_usd"),
-                ("cost_cents", "actual_usd"), ("savings_cents", "delta_usd"),
-                ("savings_pct", "delta_pct"), ("ttft_p50", "ttft_p50_ms")],
+                ("requests", "requests"), ("baseline_shown", "baseline_usd"),
+                ("cost_shown", "actual_usd"), ("delta_shown", "delta_usd"),
+                ("delta_pct", "delta_pct"), ("ttft_p50", "ttft_p50_ms")],
     "showback": [("tenant_id", "tenant_id"), ("tenant", "tenant"), ("department", "department"),
                  ("requests", "requests"), ("tokens", "tokens"),
-                 ("token_cost_cents", "token_cost_usd"), ("gpu_cost_cents", "gpu_cost_usd"),
-                 ("adjustments_cents", "adjustments_usd"), ("cost_cents", "chargeback_usd"),
-                 ("baseline_cents", "baseline_usd"), ("savings_cents", "savings_usd"),
+                 ("token_cost_shown", "token_cost_usd"), ("gpu_cost_shown", "gpu_cost_usd"),
+                 ("adjustments_shown", "adjustments_usd"), ("cost_shown", "chargeback_usd"),
+                 ("baseline_shown", "baseline_usd"), ("savings_shown", "savings_usd"),
                  ("budget_usd", "budget_usd")],
     "dashboard": [("bucket", "bucket_start"), ("requests", "requests"), ("cost", "cost_usd"),
                   ("baseline", "baseline_usd"), ("semantic_hit_pct", "semantic_hit_pct"),
@@ -358,6 +362,8 @@ def report_rows(user, report: str, period: Period, tenant_id: Any = None
 
 
 def _cell(v: Any) -> Any:
+    if isinstance(v, Decimal):
+        return format_usd(v, grouped=False, symbol=False)   # money, as the page shows it
     if isinstance(v, float):
         return f"{v:.2f}"
     if isinstance(v, datetime):

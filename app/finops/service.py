@@ -226,8 +226,9 @@ def _post_webhook(url: str, alert: BudgetAlert, row: Budget, tenant: Tenant,
     refused a request whose estimate would have passed the limit)."""
     payload = {"event": "budget.threshold", "tenant_id": tenant.id, "tenant": tenant.name,
                "department": tenant.department, "period": alert.period,
-               "threshold_pct": alert.threshold_pct, "spent_usd": str(costing.cents(alert.spent_usd)),
-               "monthly_limit_usd": str(costing.cents(row.monthly_limit_usd)),
+               "threshold_pct": alert.threshold_pct, "spent_usd": costing.format_usd(alert.spent_usd, grouped=False, symbol=False),
+               "monthly_limit_usd": costing.format_usd(row.monthly_limit_usd, grouped=False,
+                                                       symbol=False),
                "action": row.action, "trigger": "refused" if by_refusal else "spend"}
     try:
         resp = httpx.post(url, json=payload, timeout=5.0)

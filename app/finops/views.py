@@ -14,7 +14,7 @@ from flask import (Blueprint, Response, flash, g, jsonify, redirect, render_temp
 from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
-from app.core.costing import cents
+from app.core.costing import format_usd
 from app.errors import Forbidden, ServiceError
 from app.finops import charts, prices, reports, rollups, service
 
@@ -25,9 +25,8 @@ _PLOTLY: dict[str, Any] = {}
 
 @bp.app_template_filter("finops_usd")
 def finops_usd(value) -> str:
-    if value is None:
-        return "—"
-    return f"${cents(Decimal(value)):,}"
+    """An amount as every FinOps page shows it (``costing.format_usd``)."""
+    return format_usd(value)
 
 
 @bp.app_template_filter("finops_pct")

@@ -325,7 +325,11 @@ def test_reconciling_while_gateways_book_and_the_drain_runs_changes_nothing(app,
 
     def gateway(seed):
         rnd = random.Random(seed)
-        for i in range(40):
+        i = 0
+        # 40 bookings each, and on until the reconciler has run 4 passes mid-traffic (on a
+        # loaded machine 40 bookings can be over before it has)
+        while i < 40 or (len(results) < 4 and i < 4000):
+            i += 1
             est = Decimal("0.01")
             assert rb.reserve(redis_client, ns, tenant_id, est, period=period)[0]
             time.sleep(rnd.random() * 0.003)
@@ -373,4 +377,4 @@ def test_reconciling_while_gateways_book_and_the_drain_runs_changes_nothing(app,
         LedgerEntry.tenant_id == tenant_id))
     assert final == {"tenant_id": tenant_id, "before_micro": total, "after_micro": total,
                      "undrained_micro": 0}
-    assert int(ledger * 10**6) == total and len(actuals) == 240
+    assert int(ledger * 10**6) == total and len(actuals) >= 240

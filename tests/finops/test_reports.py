@@ -3,6 +3,7 @@ import csv
 import io
 from decimal import Decimal
 
+import pytest
 import sqlalchemy as sa
 
 from app.core import costing
@@ -46,25 +47,25 @@ def test_booked_costs_follow_the_price_in_force(month):
     assert all(r.cost_usd == 0 for r in booked if r.cache != "miss")
 
 
-def test_ledger_rollups_and_every_report_agree_to_the_cent(month):
+def test_ledger_rollups_and_every_report_agree_to_the_micro_dollar(month):
     rollups.rebuild_all()
     admin = UserFactory(role="finops")
     period = reports.parse_period(month["period"])
-    cost = costing.cents(ledger_sum(LedgerEntry.cost_usd))
-    base = costing.cents(ledger_sum(LedgerEntry.baseline_cost_usd))
+    cost = costing.shown(ledger_sum(LedgerEntry.cost_usd))
+    base = costing.shown(ledger_sum(LedgerEntry.baseline_cost_usd))
     assert cost > 0 and base > cost
 
     dash = reports.dashboard(admin, period)
-    assert costing.cents(dash["totals"]["cost"]) == cost
-    assert costing.cents(dash["totals"]["baseline"]) == base
+    assert costing.shown(dash["totals"]["cost"]) == cost
+    assert costing.shown(dash["totals"]["baseline"]) == base
     assert dash["totals"]["requests"] == len(month["rows"])
-    assert costing.cents(sum(t["cost"] for t in dash["timeline"])) == cost
+    assert costing.shown(sum(t["cost"] for t in dash["timeline"])) == cost
     assert len(dash["timeline"]) == 31 and dash["grain"] == "day"
 
     coh = reports.cohorts(admin, period)
-    assert coh["total"]["cost_cents"] == cost and coh["total"]["baseline_cents"] == base
-    assert sum(r["cost_cents"] for r in coh["rows"]) == cost
-    assert sum(r["baseline_cents"] for r in coh["rows"]) == base
+    assert coh["total"]["cost_shown"] == cost and coh["total"]["baseline_shown"] == base
+    assert sum(r["cost_shown"] for r in coh["rows"]) == cost
+    assert sum(r["baseline_shown"] for r in coh["rows"]) == base
     assert {r["category"] for r in coh["rows"]} == {"structured_extraction", "support_rag",
                                                      "code_sql", "complex_reasoning",
                                                      "batch_summarization"}
@@ -72,18 +73,26 @@ def test_ledger_rollups_and_every_report_agree_to_the_cent(month):
     assert extraction["dominant"].split("%")[1].strip().startswith("tier-1")
 
     show = reports.showback(admin, period)
-    assert show["total"]["cost_cents"] == cost
-    assert sum(r["cost_cents"] for r in show["rows"]) == cost
-    for r in show["rows"]:  # each line within a cent of its own exact sum, lines add up
+    assert show["total"]["cost_shown"] == cost
+    assert sum(r["cost_shown"] for r in show["rows"]) == cost
+    for r in show["rows"]:  # each line within a micro-dollar of its exact sum, lines add up
         exact = ledger_sum(LedgerEntry.cost_usd, r["tenant_id"])
-        assert costing.cents(r["cost"]) == costing.cents(exact)
-        assert abs(r["cost_cents"] - exact) < Decimal("0.01")
+        assert costing.shown(r["cost"]) == costing.shown(exact)
+        assert abs(r["cost_shown"] - exact) < Decimal("0.000001")
 
     header, body = reports.report_rows(admin, "showback", period)
     total_row = body[-1]
     assert Decimal(str(total_row[header.index("chargeback_usd")])) == cost
 
-    # Day and hour buckets give the same cents as the ledger for their windows.
+    # the cohort CSV says what the page says, with the page's sign: cost went down
+    header, body = reports.report_rows(admin, "cohorts", period)
+    total_row = body[-1]
+    assert Decimal(total_row[header.index("actual_usd")]) == coh["total"]["cost_shown"]
+    assert Decimal(total_row[header.index("delta_usd")]) == cost - base < 0
+    assert float(total_row[header.index("delta_pct")]) == pytest.approx(
+        round(coh["total"]["delta_pct"], 2)) and coh["total"]["delta_pct"] < 0
+
+    # Day and hour buckets give the same amounts as the ledger for their windows.
     for start, end, grain in (("2026-10-02", "2026-10-31", "day"),
                               ("2026-10-15", "2026-10-15", "day")):
         p = reports.parse_period(start=start, end=end)
@@ -91,7 +100,7 @@ def test_ledger_rollups_and_every_report_agree_to_the_cent(month):
         want = db.session.scalar(sa.select(sa.func.sum(LedgerEntry.cost_usd)).where(
             LedgerEntry.at >= p.start, LedgerEntry.at < p.end))
         got = reports.dashboard(admin, p)
-        assert costing.cents(got["totals"]["cost"]) == costing.cents(want)
+        assert costing.shown(got["totals"]["cost"]) == costing.shown(want)
         assert got["grain"] == ("hour" if p.days <= 3 else "day")
 
 
