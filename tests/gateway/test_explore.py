@@ -77,7 +77,7 @@ def set_policy(w, values: dict) -> None:
     publish_and_wait(w.gateway)   # a version at least as new as the policy's
 
 
-_VARYING = {"x-sluice-request-id", "date", "content-length"}
+_VARYING = {"x-sluice-request-id", "x-request-id", "date", "content-length"}
 
 
 def comparable(r: httpx.Response) -> tuple[dict, dict]:
@@ -182,6 +182,10 @@ def test_exploration_never_changes_the_answer_and_follows_the_policy(app, eworld
     assert streamed.headers["x-sluice-tier"] == "tier-2"
     hard = ask(w, LONG.format(i=9))
     assert hard.headers["x-sluice-tier"] == "tier-2"
+    # a tenant that may not use tier 1 has nothing to learn about it
+    set_policy(w, {"allowed_tiers": ["tier-2", "tier-3"]})
+    fenced = ask(w, SHORT[2].format(i=10))
+    set_policy(w, {"allowed_tiers": []})
     # requests tier 1 served, or that logged no features (explicit tier, no S00 embedding),
     # have nothing to explore
     served_by_one = httpx.post(w.base_url + "/chat/completions", timeout=30,
@@ -198,8 +202,8 @@ def test_exploration_never_changes_the_answer_and_follows_the_policy(app, eworld
 
     ids = {name: r.headers["x-sluice-request-id"] for name, r in (
         ("explored", explored), ("plain", plain), ("streamed", streamed), ("hard", hard),
-        ("tier1", served_by_one), ("named", named))}
-    rows = w.drain_rows(6 + 3)   # six requests; explored, streamed and hard were explored
+        ("fenced", fenced), ("tier1", served_by_one), ("named", named))}
+    rows = w.drain_rows(7 + 3)   # seven requests; explored, streamed and hard were explored
     shadow_of = {r.payload["shadow_of"]: r for r in rows if r.kind == "shadow"}
     assert set(shadow_of) == {ids["explored"], ids["streamed"], ids["hard"]}
     assert shadow_of[ids["streamed"]].payload["agreed"] is True
