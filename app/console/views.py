@@ -6,7 +6,7 @@ form, call the service, render. Each area's pages are its own blueprint ``bp`` i
 from __future__ import annotations
 
 
-from flask import Blueprint, render_template
+from flask import Blueprint, current_app, render_template, send_from_directory
 from flask_login import current_user, login_required
 
 from app.catalog import service as catalog
@@ -29,3 +29,11 @@ def home():
     return render_template("console/home.html", tiers=catalog.list_tiers(),
                            blended=catalog.blended_price,
                            tenants=visible_tenants(current_user))
+
+
+@bp.route("/favicon.ico")
+def favicon():
+    """Browsers ask for /favicon.ico on pages that name no icon (an error page of a
+    proxy, a JSON view): the console's own icon, not a 404 in every log."""
+    return send_from_directory(current_app.static_folder, "favicon.svg",
+                               mimetype="image/svg+xml", max_age=86400)

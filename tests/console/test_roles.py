@@ -70,8 +70,33 @@ def test_nav_shows_what_the_role_can_use(client, as_role):
     as_role("admin")
     nav = client.get("/").get_data(as_text=True)
     for href in ('href="/users"', 'href="/audit"', 'href="/pools"', 'href="/drills"',
-                 'href="/finops"', 'href="/catalog/tiers"'):
+                 'href="/finops"', 'href="/catalog/tiers"', 'href="/router/"',
+                 'href="/routing/"', 'href="/adapters"', 'href="/workflows"', 'href="/"'):
         assert href in nav, href
+
+
+def test_every_console_page_a_role_can_open_is_in_its_nav(client, as_role):
+    """Each blueprint's index page that answers 200 to an admin is linked from the nav."""
+    as_role("admin")
+    nav = client.get("/").get_data(as_text=True).split("<nav>", 1)[1].split("</nav>", 1)[0]
+    for page in ("/", "/tenants", "/catalog/tiers", "/catalog/pools", "/pools", "/policies",
+                 "/workflows", "/adapters", "/router/", "/routing/", "/finops", "/drills",
+                 "/cache/", "/users", "/audit", "/tokens"):
+        assert client.get(page).status_code == 200, page
+        assert f'href="{page}"' in nav, page
+
+
+def test_error_pages_say_who_you_are_and_where_to_go(client, as_role):
+    as_role("viewer")
+    html = client.get("/users").get_data(as_text=True)
+    assert "Not allowed" in html and "<strong>viewer</strong>" in html
+    assert 'href="/"' in html
+    assert client.get("/no-such-page").status_code == 404
+
+
+def test_favicon_is_served(client):
+    resp = client.get("/favicon.ico")
+    assert resp.status_code == 200 and resp.mimetype == "image/svg+xml"
 
 
 def test_ops_manages_catalog_but_not_users(client, as_role):
@@ -85,3 +110,14 @@ def test_ops_manages_catalog_but_not_users(client, as_role):
 def test_signed_out_visitors_are_sent_to_login(client, app):
     resp = client.get("/tenants")
     assert resp.status_code == 302 and "/login" in resp.headers["Location"]
+
+
+def test_a_form_error_reads_as_sentences(app):
+    from flask import render_template_string
+    tpl = ('{% from "_macros.html" import form_error %}'
+           '{{ form_error(msg, {"tenant_id": ["invalid"]}) }}')
+    with app.test_request_context():
+        assert "invalid tenant. Nothing was changed." in render_template_string(
+            tpl, msg="invalid tenant")
+        assert "Limit too low! Nothing was changed." in render_template_string(
+            tpl, msg="Limit too low!")
