@@ -35,6 +35,10 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_EMBEDDING_BACKEND": ("EMBEDDING_BACKEND", str),
     "SLUICE_EMBEDDING_THREADS": ("EMBEDDING_THREADS", int),
     "SLUICE_EMBEDDING_CACHE_DIR": ("EMBEDDING_CACHE_DIR", str),
+    "SLUICE_EMBEDDING_URL": ("EMBEDDING_URL", str),
+    "SLUICE_EMBEDDING_BATCH_MAX": ("EMBEDDING_BATCH_MAX", int),
+    "SLUICE_EMBEDDING_BATCH_WAIT_MS": ("EMBEDDING_BATCH_WAIT_MS", float),
+    "SLUICE_EMBEDDING_TIMEOUT_S": ("EMBEDDING_TIMEOUT_S", float),
     "SLUICE_CACHE_SALT_SECRET": ("CACHE_SALT_SECRET", str),
     "SLUICE_LOG_LEVEL": ("LOG_LEVEL", str),
     "SLUICE_POOLS_VAR_DIR": ("POOLS_VAR_DIR", str),
@@ -86,10 +90,19 @@ class Config:
     GATEWAY_LEDGER_LINGER_S = 0.02  # batch ledger events this long before writing them
     # Request embeddings (app.contract.cache.embedding): "auto" runs MiniLM exported to ONNX, cached
     # under EMBEDDING_CACHE_DIR (empty: $XDG_CACHE_HOME/sluice/embedding), and falls back to
-    # sentence-transformers; "onnx" (no fallback), "torch", "sentence-transformers".
+    # sentence-transformers; "onnx" (no fallback), "torch", "sentence-transformers", "service".
     EMBEDDING_BACKEND = "auto"
     EMBEDDING_THREADS = 1           # onnxruntime intra-op threads per process
     EMBEDDING_CACHE_DIR = ""
+    # "service": embeddings come from a server speaking Text Embeddings Inference's
+    # POST /embed at EMBEDDING_URL (python -m app.contract.cache.embed_service is one)
+    EMBEDDING_URL = ""
+    EMBEDDING_TIMEOUT_S = 5.0       # per call to the embedding service
+    # Concurrent requests' texts share one encoder call: up to EMBEDDING_BATCH_MAX texts (1:
+    # no batching), waiting at most EMBEDDING_BATCH_WAIT_MS for company (0: a batch is what
+    # queued while the previous one ran)
+    EMBEDDING_BATCH_MAX = 32
+    EMBEDDING_BATCH_WAIT_MS = 0.0
     GATEWAY_LINT_INTERVAL_S = 60.0  # write the template lint's request counts this often
     # Engines' prefix-cache salt per tenant (policy cache_salt) is an HMAC under this key;
     # empty: SECRET_KEY

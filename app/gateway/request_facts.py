@@ -15,7 +15,7 @@ def embedding(ctx: RequestContext):
     if ctx.embedding is None:
         text = ctx.cache_key.text if ctx.cache_key is not None else question_text(
             ctx.body.get("messages") or [])
-        ctx.embedding = embed(text)
+        ctx.embedding = embed(text, owner=(ctx.tenant or {}).get("id"))
     return ctx.embedding
 
 

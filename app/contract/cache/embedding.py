@@ -5,7 +5,13 @@ vector to both the cache and the router. How the vectors are computed is chosen 
 ``configure`` (the ``EMBEDDING_*`` config keys); every way gives sentence-transformers'
 vectors (``app.contract.cache.encoders``). ``auto`` runs the model exported to ONNX (cached per user,
 exported on first use) and falls back to sentence-transformers' ``encode`` when onnxruntime
-is missing or the export cannot be made or loaded; the reason is logged once.
+is missing or the export cannot be made or loaded; the reason is logged once. ``service``
+sends the texts to an embedding server speaking Text Embeddings Inference's ``POST /embed``
+(``EMBEDDING_URL``; ``python -m app.contract.cache.embed_service`` is one) instead of
+running the model in this process.
+
+``embed`` (one text) goes through a per-process micro-batcher (``app.contract.cache.batcher``)
+when ``batch_max`` > 1: concurrent requests' texts share one encoder call.
 """
 from __future__ import annotations
 
@@ -13,46 +19,63 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from app.contract.cache import encoders
+from app.contract.cache.batcher import EmbeddingBatcher
 
 log = logging.getLogger(__name__)
 DIM = encoders.DIM
-BACKENDS = ("auto", "onnx", "torch", "sentence-transformers")
+BACKENDS = ("auto", "onnx", "torch", "sentence-transformers", "service")
 _lock = threading.RLock()
 _model: Any = None
 _encoder: Any = None
-_settings: dict[str, Any] = {"backend": "auto", "threads": 1, "cache_dir": None}
+_batcher: tuple[int, EmbeddingBatcher] | None = None   # (pid that started it, batcher)
+_settings: dict[str, Any] = {"backend": "auto", "threads": 1, "cache_dir": None, "url": "",
+                             "batch_max": 32, "batch_wait_ms": 0.0, "timeout_s": 5.0}
 
 
 def configure(backend: str = "auto", threads: int = 1,
-              cache_dir: str | os.PathLike | None = None) -> None:
+              cache_dir: str | os.PathLike | None = None, *, url: str = "",
+              batch_max: int = 32, batch_wait_ms: float = 0.0, timeout_s: float = 5.0) -> None:
     """Choose how this process computes embeddings. ``threads``: onnxruntime's intra-op
-    threads; ``cache_dir``: where the ONNX export is kept (None: $XDG_CACHE_HOME/sluice/embedding).
+    threads; ``cache_dir``: where the ONNX export is kept (None: $XDG_CACHE_HOME/sluice/embedding);
+    ``url``: the embedding service (backend ``service``); ``batch_max``/``batch_wait_ms``: the
+    micro-batcher's batch size (1: no batcher) and longest wait for company.
     A different choice drops the loaded encoder; the next embedding loads the new one."""
-    global _encoder
+    global _encoder, _batcher
     if backend not in BACKENDS:
         raise ValueError(f"embedding backend {backend!r}; use one of {BACKENDS}")
+    if backend == "service" and not url:
+        raise ValueError("embedding backend 'service' needs EMBEDDING_URL")
     new = {"backend": backend, "threads": max(1, int(threads)),
-           "cache_dir": Path(cache_dir) if cache_dir else None}
+           "cache_dir": Path(cache_dir) if cache_dir else None, "url": url or "",
+           "batch_max": max(1, int(batch_max)), "batch_wait_ms": max(0.0, float(batch_wait_ms)),
+           "timeout_s": float(timeout_s)}
+    old = None
     with _lock:
         if new != _settings:
             _settings.update(new)
             _encoder = None
+            old, _batcher = _batcher, None
+    if old is not None:
+        old[1].close()
 
 
 def current_settings() -> dict[str, Any]:
-    """What ``configure`` last set (backend, threads, cache_dir)."""
+    """What ``configure`` last set."""
     return dict(_settings)
 
 
 def configure_from(config: Mapping[str, Any]) -> None:
-    """``configure`` from a Sluice config dict (EMBEDDING_BACKEND/THREADS/CACHE_DIR)."""
+    """``configure`` from a Sluice config dict (the EMBEDDING_* keys)."""
     configure(config["EMBEDDING_BACKEND"], int(config["EMBEDDING_THREADS"]),
-              config["EMBEDDING_CACHE_DIR"] or None)
+              config["EMBEDDING_CACHE_DIR"] or None, url=config["EMBEDDING_URL"],
+              batch_max=int(config["EMBEDDING_BATCH_MAX"]),
+              batch_wait_ms=float(config["EMBEDDING_BATCH_WAIT_MS"]),
+              timeout_s=float(config["EMBEDDING_TIMEOUT_S"]))
 
 
 def get_model() -> Any:
@@ -68,7 +91,11 @@ def get_model() -> Any:
     return _model
 
 
-def _load(backend: str, threads: int, cache_dir: Path | None) -> Any:
+def _load(backend: str, threads: int, cache_dir: Path | None, url: str = "",
+          timeout_s: float = 5.0, **_: Any) -> Any:
+    if backend == "service":
+        from app.contract.cache.service_client import ServiceEncoder
+        return ServiceEncoder(url, timeout_s=timeout_s)
     mdir = encoders.model_dir()
     if backend == "onnx":  # asked for by name: no fallback
         return encoders.load_onnx(cache_dir or encoders.default_cache_dir(), mdir, get_model,
@@ -160,8 +187,39 @@ def fits_window(text: str) -> bool:
     return len(tok.encode(text).ids) <= window
 
 
-def embed(text: str) -> np.ndarray:
-    return embed_many([text])[0]
+def get_batcher() -> EmbeddingBatcher | None:
+    """This process's micro-batcher (None when ``batch_max`` is 1). A forked child starts
+    its own: the parent's worker thread does not exist in it."""
+    global _batcher
+    if _settings["batch_max"] <= 1:
+        return None
+    cur = _batcher
+    if cur is None or cur[0] != os.getpid():
+        with _lock:
+            if _batcher is None or _batcher[0] != os.getpid():
+                _batcher = (os.getpid(), EmbeddingBatcher(
+                    lambda texts: get_encoder().encode(texts), max_batch=_settings["batch_max"],
+                    max_wait_s=_settings["batch_wait_ms"] / 1000.0))
+            cur = _batcher
+    return cur[1]
+
+
+def embed(text: str, owner: Hashable = None) -> np.ndarray:
+    """One text's vector; through the batcher (shared with concurrent requests) when on.
+    ``owner`` (the tenant) is what the batcher keeps fair between."""
+    batcher = get_batcher()
+    if batcher is None:
+        return embed_many([text])[0]
+    return batcher.embed(text, owner)
+
+
+async def embed_async(text: str, owner: Hashable = None) -> np.ndarray:
+    """``embed`` for a coroutine: waits on the batcher without holding a thread."""
+    batcher = get_batcher()
+    if batcher is None:
+        import anyio
+        return await anyio.to_thread.run_sync(embed, text)
+    return await batcher.embed_async(text, owner)
 
 
 def embed_many(texts: Iterable[str]) -> np.ndarray:

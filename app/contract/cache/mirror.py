@@ -82,6 +82,10 @@ class BucketCopy:
         idx = idx[np.argsort(-sims[idx], kind="stable")]
         return [(int(i), float(sims[i])) for i in idx if accept(self.metas[i]["_profile"])]
 
+    def has_live(self, now: float) -> bool:
+        """Whether any row is unexpired (and so could answer a lookup)."""
+        return bool(self.rows) and bool((self.exp[:self.rows] > now).any())
+
     def kill(self, row: int) -> None:
         """Drop a row from consideration (its entry is gone from Redis)."""
         self.exp[row] = 0.0

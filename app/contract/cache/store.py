@@ -29,7 +29,7 @@ import struct
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Union
 
 import numpy as np
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -81,6 +81,12 @@ for _, k in ipairs(KEYS) do
 end
 """
 COLLECTION = "sluice_semantic_cache"
+# A vector, or how to make one: a lookup calls it only when the vector can change the answer.
+Embedding = Union[np.ndarray, Callable[[], np.ndarray], None]
+
+
+def _vector(embedding: Embedding) -> np.ndarray | None:
+    return embedding() if callable(embedding) else embedding
 
 
 @dataclass
@@ -161,12 +167,16 @@ class CacheStore:
             self._qdrant = None
 
     # ---- lookup -----------------------------------------------------------------------
-    def lookup(self, key: CacheKey, embedding: np.ndarray | None, threshold: float, *,
+    def lookup(self, key: CacheKey, embedding: Embedding, threshold: float, *,
                exact: bool = True) -> CacheHit | None:
         """Exact hit first (unless ``exact`` is False: the caller just looked); then the best
         semantic candidate in the key's bucket whose entity guard agrees and whose cosine is
         >= ``threshold``. A key whose text the embedding does not see whole matches
-        exactly or not at all."""
+        exactly or not at all.
+
+        ``embedding`` may be a callable that makes the vector: it is called only when the
+        key's bucket holds a live entry (or for the Qdrant fallback), so an exact hit or an
+        empty bucket costs no embedding."""
         if not key.semantic:
             embedding = None
         if self.redis_available():
@@ -179,12 +189,13 @@ class CacheStore:
             except Exception:
                 log.warning("cache lookup failed (Redis); trying Qdrant", exc_info=True)
         try:
-            return self._semantic_qdrant(key, embedding, threshold) if embedding is not None else None
+            return self._semantic_qdrant(key, _vector(embedding), threshold) \
+                if embedding is not None else None
         except Exception:
             log.warning("cache lookup failed (Qdrant); treating as a miss", exc_info=True)
             return None
 
-    def _lookup_redis(self, key: CacheKey, embedding: np.ndarray | None, threshold: float,
+    def _lookup_redis(self, key: CacheKey, embedding: Embedding, threshold: float,
                       exact: bool) -> CacheHit | None:
         raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash)) if exact else None
         if raw is not None:
@@ -195,11 +206,12 @@ class CacheStore:
             return None
         return self._semantic_redis(key, embedding, threshold)
 
-    def _semantic_redis(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
+    def _semantic_redis(self, key: CacheKey, embedding: Embedding, threshold: float) -> CacheHit | None:
         copy = self.mirror.sync(self.redis, self._k("b", key.tenant_id, key.composite), _unpack)
-        if copy is None:
-            return None
-        cands = copy.candidates(embedding, threshold, time.time(),
+        now = time.time()
+        if copy is None or not copy.has_live(now):
+            return None  # nothing the request could match: no vector needed
+        cands = copy.candidates(_vector(embedding), threshold, now,
                                 lambda prof: profiles_compatible(key.profile, prof))
         for i in range(0, len(cands), VERIFY_BATCH):
             batch = cands[i:i + VERIFY_BATCH]
@@ -215,9 +227,10 @@ class CacheStore:
                                 entry.get("created", 0.0))
         return None
 
-    def _semantic_qdrant(self, key: CacheKey, embedding: np.ndarray, threshold: float) -> CacheHit | None:
+    def _semantic_qdrant(self, key: CacheKey, embedding: np.ndarray | None,
+                         threshold: float) -> CacheHit | None:
         client = self.qdrant()
-        if client is None:
+        if client is None or embedding is None:
             return None
         from qdrant_client import models
         flt = models.Filter(must=[models.FieldCondition(key="composite",

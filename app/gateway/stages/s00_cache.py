@@ -2,10 +2,14 @@
 
 A hit sets ``ctx.cache`` ("exact" | "semantic") and ``ctx.cached_response`` and goes to
 RESPOND (cost 0); a miss goes on to S01 and, once the answer is complete,
-``on_complete`` stores it in the background. The store and the embedding are
-synchronous and CPU-bound, so they run in worker threads. The exact lookup runs
-before any embedding; the embedding (the one per request, ``ctx.embedding``) is made
-only for a semantic lookup, and the router reuses it.
+``on_complete`` stores it in the background. The lookups and the store are synchronous,
+so they run in worker threads. The embedding (the one per request, ``ctx.embedding``,
+which the router reuses) is made only when it can change the answer: not on an exact hit,
+and not when the key's bucket holds no live entry (then nothing could match by meaning).
+A miss that skipped it embeds after the answer went out, and only when the answer is
+cacheable (the write needs the vector; the client's answer does not). Embeddings go through
+the process's micro-batcher (``app.contract.cache.batcher``): concurrent requests share
+one encoder call.
 
 Nothing runs for a request that is not cacheable (cache off, temperature above the
 policy's bound, n > 1).
@@ -18,6 +22,7 @@ from typing import Any
 
 import anyio
 
+from app.contract.cache.embedding import embed_async
 from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
 from app.contract.keys import Keys
 from app.gateway.context import GatewayServices, RequestContext
@@ -82,13 +87,11 @@ def _cacheable(ctx: RequestContext) -> bool:
 
 
 def _probe(ctx: RequestContext, store):
-    """Runs in a worker thread: key, exact lookup, then embedding and semantic lookup."""
+    """Runs in a worker thread: key, exact lookup, then (when the bucket holds anything)
+    embedding and semantic lookup."""
     ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
     threshold = float(ctx.policy["cache_similarity_threshold"])
-    hit = store.lookup(key, None, threshold)
-    if hit is None:
-        hit = store.lookup(key, embedding(ctx), threshold, exact=False)
-    return hit
+    return store.lookup(key, lambda: embedding(ctx), threshold)
 
 
 def _served(response: dict, request_id: str) -> dict:
@@ -121,9 +124,8 @@ async def run(ctx: RequestContext) -> str:
 
 
 def _store(ctx: RequestContext, store, response: dict) -> None:
-    if is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
-        store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
-                    int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None)
+    store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
+                int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
@@ -132,6 +134,13 @@ async def on_complete(ctx: RequestContext, response: dict | None) -> None:
     answer went out (a background task of the gateway)."""
     if response is None or ctx.cache != "miss" or ctx.cache_key is None or ctx.status != 200:
         return
+    if not is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
+        return
+    if ctx.embedding is None and ctx.cache_key.semantic:
+        try:
+            ctx.embedding = await embed_async(ctx.cache_key.text, owner=ctx.tenant["id"])
+        except Exception as exc:  # noqa: BLE001 - still kept for exact repeats
+            log.warning("request %s: no embedding for the cache write: %s", ctx.request_id, exc)
     await anyio.to_thread.run_sync(_store, ctx, ctx.services.cache.store, response)
 
 
