@@ -16,10 +16,11 @@ import anyio
 import redis
 import redis.asyncio as aioredis
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from app.core import minify_compact
-from app.gateway import handlers, traces
+from app.gateway import conformance, handlers, traces
 from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
@@ -248,6 +249,7 @@ def create_gateway(config: dict[str, Any] | None = None) -> Starlette:
         Route("/v1/feedback", handlers.feedback, methods=["POST"]),
         Route("/metrics", handlers.metrics, methods=["GET"]),
         Route("/healthz", handlers.healthz, methods=["GET"]),
-    ], lifespan=lifespan)
+    ], lifespan=lifespan, middleware=[Middleware(conformance.RequestIdMiddleware)],
+        exception_handlers=conformance.EXCEPTION_HANDLERS)
     app.state.gw = gw
     return app

@@ -84,7 +84,10 @@ class BudgetGuard:
             return None, period
         if not ok:
             body = rb.error_body(reason)["error"]
-            raise GatewayError(429, body["message"], code=body["code"], type_=body["type"])
+            # A spent budget stays spent until the month turns or someone raises it: tell
+            # OpenAI's SDKs not to retry the 429 (they would, three times by default).
+            raise GatewayError(429, body["message"], code=body["code"], type_=body["type"],
+                               headers={"x-should-retry": "false"})
         return estimate, period
 
     async def settle(self, tenant_id: int, reserved: Decimal | None, actual: Decimal,
