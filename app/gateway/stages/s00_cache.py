@@ -106,6 +106,8 @@ async def run(ctx: RequestContext) -> str:
     cache = ctx.services.cache
     ctx.collect_stream = True
     hit = await anyio.to_thread.run_sync(_probe, ctx, cache.store)
+    # whether the probe needed the vector (False: exact hit, or nothing in the bucket)
+    ctx.telemetry["cache_probe_embedded"] = ctx.embedding is not None
     if hit is None:
         return "S01_CASCADE_ROUTE"
     ctx.cache = hit.kind
