@@ -5,11 +5,12 @@ form, call the service, render. Each area's pages are its own blueprint ``bp`` i
 """
 from __future__ import annotations
 
-
-from flask import Blueprint, current_app, render_template, send_from_directory
+from flask import (Blueprint, current_app, flash, redirect, render_template, request,
+                   send_from_directory, url_for)
 from flask_login import current_user, login_required
 
 from app.catalog import service as catalog
+from app.console import overview
 from app.core.costing import format_usd
 from app.tenants.service import visible_tenants
 
@@ -26,9 +27,22 @@ def usd(value) -> str:
 @bp.route("/")
 @login_required
 def home():
-    return render_template("console/home.html", tiers=catalog.list_tiers(),
-                           blended=catalog.blended_price,
+    return render_template("console/home.html", o=overview.overview(current_user),
+                           tiers=catalog.list_tiers(), blended=catalog.blended_price,
                            tenants=visible_tenants(current_user))
+
+
+@bp.route("/overview/refresh", methods=["POST"])
+@login_required
+def refresh_figures():
+    """Run the FinOps rollup now (what the beat runs every few minutes): the figures then
+    include every request the ledger has."""
+    from app.finops.service import run_rollups
+    run_rollups()
+    flash("Figures brought up to date with the ledger.", "success")
+    target = request.form.get("next") or ""
+    return redirect(target if target.startswith("/") and not target.startswith("//")
+                    else url_for("console.home"))
 
 
 @bp.route("/favicon.ico")

@@ -147,6 +147,10 @@ class Keys:
     def rollup_watermark(self) -> str:
         return self.k("finops", "rollup", "watermark")
 
+    def rollup_ran_at(self) -> str:
+        """Epoch seconds of the last rollup run: the FinOps figures are as of then."""
+        return self.k("finops", "rollup", "ran_at")
+
     def drill_secret(self, ref: str) -> str:
         return self.k("drill", "secret", ref)
 

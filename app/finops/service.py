@@ -3,6 +3,7 @@ runs. Prices live in ``app.finops.prices``."""
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
@@ -317,4 +318,14 @@ def run_rollups() -> dict[str, str]:
     new_mark, counts = rollups.rebuild_new(mark, since)
     if new_mark != mark:
         redis.set(key, new_mark)
+    redis.set(keys().rollup_ran_at(), f"{time.time():.3f}")
     return counts
+
+
+def figures_as_of() -> datetime | None:
+    """When the rollups last ran (FinOps pages are as of then); None if never."""
+    try:
+        raw = get_redis().get(keys().rollup_ran_at())
+    except Exception:  # noqa: BLE001 - Redis down: the page says "unknown"
+        return None
+    return datetime.fromtimestamp(float(raw), tz=timezone.utc) if raw else None

@@ -29,6 +29,12 @@ def finops_usd(value) -> str:
     return format_usd(value)
 
 
+@bp.app_template_global("figures_as_of")
+def _figures_as_of():
+    """When the rollups last ran (the FinOps pages' "data as of")."""
+    return service.figures_as_of()
+
+
 @bp.app_template_filter("finops_pct")
 def finops_pct(value, digits: int = 1) -> str:
     return "—" if value is None else f"{value:.{digits}f}%"
