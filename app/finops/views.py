@@ -113,9 +113,18 @@ def budgets():
             flash(exc.message, "error")
     manageable = [t for t in reports.visible_tenants(current_user)
                   if current_user.can("budget.manage", t.id)]
-    return render_template("finops/budgets.html", budgets=service.list_budgets(current_user),
+    budgets = service.list_budgets(current_user)
+    editing = None
+    if request.method == "GET" and request.args.get("edit"):
+        editing = next((b for b in budgets if str(b["tenant_id"]) == request.args["edit"]
+                        and b["can_manage"]), None)
+        if editing is not None:   # the form, filled with the budget as it is
+            values = {"tenant_id": str(editing["tenant_id"]),
+                      "monthly_limit_usd": str(editing["monthly_limit_usd"]),
+                      "action": editing["action"], "webhook_url": editing["webhook_url"] or ""}
+    return render_template("finops/budgets.html", budgets=budgets,
                            alerts=service.list_alerts(current_user), tenants=manageable,
-                           errors=errors, values=values), status
+                           editing=editing, errors=errors, values=values), status
 
 
 @bp.route("/budgets/<int:tenant_id>/delete", methods=["POST"])
