@@ -5,6 +5,27 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 
+# What a tenant-scoped user (ops of one department) may do with a field of their own
+# tenant's policy. Global users set anything within the field's range.
+TENANT_FREE = "free"            # their own choice: it changes only their own traffic's cost
+TENANT_CENTRAL = "central"      # shared machinery or calibrated centrally: read-only to them
+TENANT_UP = "up"                # only at or above the central value (stricter / safer)
+TENANT_DOWN = "down"            # only at or below it (0 counts as "none" where it means unlimited)
+TENANT_SPECIAL = "special"      # checked by its own rule in ``beyond_bounds``
+
+_CENTRAL_WHY = {
+    "router_tau_1": "calibrated on every router promotion to hold the quality target",
+    "router_tau_2": "calibrated on every router promotion to hold the quality target",
+    "router_max_regret": "the central quality bound every promotion is held to",
+    "margin_gamma": "calibrated per model and tier on labelled traces",
+    "margin_window_tokens": "part of the margin monitor's calibration",
+    "bounded_load_factor": "shapes load on pools other tenants share",
+    "prefix_key_tokens": "shapes replica choice on pools other tenants share",
+    "replica_choice": "shapes replica choice on pools other tenants share",
+    "explore_pct": "spends shared tier-1 capacity on exploration",
+}
+
+
 @dataclass(frozen=True)
 class Field:
     kind: type | str            # bool, int, float, str, "tiers"
@@ -13,26 +34,27 @@ class Field:
     hi: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
+    tenant: str = TENANT_FREE   # what a tenant-scoped user may do with it (TENANT_*)
 
 
 FIELDS: dict[str, Field] = {
     "cache_enabled": Field(bool, True, help="Serve exact and semantic cache hits"),
     "cache_similarity_threshold": Field(float, 0.965, 0.5, 1.0,
-                                        help="Cosine similarity needed for a semantic hit"),
-    "cache_ttl_s": Field(int, 86400, 0, 30 * 86400, help="Seconds a cached answer lives"),
+                                        help="Cosine similarity needed for a semantic hit", tenant=TENANT_UP),
+    "cache_ttl_s": Field(int, 86400, 0, 30 * 86400, help="Seconds a cached answer lives", tenant=TENANT_DOWN),
     "cache_max_temperature": Field(float, 0.0, 0.0, 2.0,
-                                   help="Requests above this temperature are not cached"),
+                                   help="Requests above this temperature are not cached", tenant=TENANT_DOWN),
     "router_tau_1": Field(float, 0.80, 0.0, 1.0,
-                          help="Calibrated P(tier 1 meets the bar) needed to use tier 1"),
+                          help="Calibrated P(tier 1 meets the bar) needed to use tier 1", tenant=TENANT_CENTRAL),
     "router_tau_2": Field(float, 0.70, 0.0, 1.0,
-                          help="Calibrated P(tier 2 meets the bar) needed to use tier 2"),
+                          help="Calibrated P(tier 2 meets the bar) needed to use tier 2", tenant=TENANT_CENTRAL),
     "margin_gamma": Field(float, 0.78, 0.0, 20.0,
-                          help="Mean top-1/top-2 logprob margin below which a tier escalates"),
+                          help="Mean top-1/top-2 logprob margin below which a tier escalates", tenant=TENANT_CENTRAL),
     "margin_window_tokens": Field(int, 12, 1, 4096,
-                                  help="Value tokens the margin monitor waits for"),
+                                  help="Value tokens the margin monitor waits for", tenant=TENANT_CENTRAL),
     "bounded_load_factor": Field(float, 1.25, 1.0, 10.0,
-                                 help="Skip a replica loaded above this times the mean"),
-    "max_tokens_cap": Field(int, 4096, 1, 1_000_000, help="Upper bound on max_tokens"),
+                                 help="Skip a replica loaded above this times the mean", tenant=TENANT_CENTRAL),
+    "max_tokens_cap": Field(int, 4096, 1, 1_000_000, help="Upper bound on max_tokens", tenant=TENANT_SPECIAL),
     "minify_enabled": Field(bool, True, help="Minify JSON schema keys on the way up"),
     "minify_tools": Field(bool, False, help="Also minify tool/function parameter schemas"),
     # semantic value aliases (HIGH_PRIORITY_SERVICE_DOWN -> high): 4% fewer generated tokens
@@ -56,43 +78,43 @@ FIELDS: dict[str, Field] = {
     "schema_error_action": Field(str, "retry", choices=("retry", "mark"),
                                  help="On a schema error: retry unminified, or mark"),
     "frontier_first_hours": Field(int, 48, 0, 24 * 365,
-                                  help="New workflows go to the frontier tier this long"),
+                                  help="New workflows go to the frontier tier this long", tenant=TENANT_UP),
     "distill_min_traces": Field(int, 2500, 1, 10_000_000,
-                                help="Verified traces needed before LoRA training"),
+                                help="Verified traces needed before LoRA training", tenant=TENANT_UP),
     "shadow_concordance": Field(float, 0.99, 0.5, 1.0,
-                                help="Shadow agreement needed to promote an adapter"),
+                                help="Shadow agreement needed to promote an adapter", tenant=TENANT_UP),
     # automatic rollback of a canary / promoted adapter (app.adapters.watch): only on a
     # regression that its live traffic shows with 95% confidence (Wilson bounds)
     "canary_max_error_rate": Field(float, 0.02, 0.0, 1.0,
                                    help="Roll an adapter back when its upstream error rate is "
-                                        "above this"),
+                                        "above this", tenant=TENANT_DOWN),
     "canary_min_pass_rate": Field(float, 0.95, 0.0, 1.0,
                                   help="Roll an adapter back when the validator/feedback pass "
-                                       "rate of its answers is below this"),
+                                       "rate of its answers is below this", tenant=TENANT_UP),
     # exploration for the router's labels (app.gateway.shadow): tier 1 also answers this
     # share of the requests a higher tier served, off the path and off the budget, so the
     # router learns where tier 1 would have passed
     "explore_pct": Field(float, 5.0, 0.0, 100.0,
                          help="Share (%) of requests served above tier 1 that tier 1 also "
-                              "answers off the path, for the router's labels (0: off)"),
+                              "answers off the path, for the router's labels (0: off)", tenant=TENANT_CENTRAL),
     # the seed's bound E[Regret] <= 0.008 (app.cascade.regret): a router version is
     # promoted with the τ whose 95% upper bound on regret stays within this
     "router_max_regret": Field(float, 0.008, 0.0, 1.0,
                                help="Most share of requests a promoted router may send to a "
-                                    "tier that fails where the frontier passes (95% bound)"),
-    "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)"),
-    "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto"),
+                                    "tier that fails where the frontier passes (95% bound)", tenant=TENANT_CENTRAL),
+    "allowed_tiers": Field("tiers", [], help="Tier names this tenant may call (empty: all)", tenant=TENANT_SPECIAL),
+    "allow_explicit_tier": Field(bool, True, help="Let clients name a tier instead of auto", tenant=TENANT_SPECIAL),
     # on by default: with a shared prefix cache, usage.cached_tokens tells a tenant whether
     # another tenant sent the same prompt prefix (turn off to share a public system prompt)
     "cache_salt": Field(bool, True, help="Isolate this tenant's engine prefix cache"),
     "session_key": Field(str, "header", choices=("header", "user", "both"),
                          help="Where the session id for replica affinity comes from"),
     "prefix_key_tokens": Field(int, 4500, 16, 1_000_000,
-                               help="Static-prefix tokens hashed for replica choice"),
+                               help="Static-prefix tokens hashed for replica choice", tenant=TENANT_CENTRAL),
     "replica_choice": Field(str, "sluice", choices=("sluice", "round_robin"),
                             help="Replica choice: rendezvous on session/prefix with bounded "
-                                 "load, or round-robin (a baseline to compare with)"),
-    "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)"),
+                                 "load, or round-robin (a baseline to compare with)", tenant=TENANT_CENTRAL),
+    "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)", tenant=TENANT_SPECIAL),
 }
 
 DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}
@@ -177,11 +199,24 @@ def validate(values: Mapping[str, Any], *, base: Mapping[str, Any] | None = None
 
 def beyond_bounds(values: Mapping[str, Any], central: Mapping[str, Any]
                   ) -> dict[str, list[str]]:
-    """Fields of a tenant-scoped user's ``values`` that would widen or raise what the
-    central (global) policy allows: tiers outside the central set (an empty list means
-    every tier), a rate limit or token cap above the central one (rate 0 = unlimited), or
-    explicit tiers the central policy forbids."""
+    """Fields of a tenant-scoped user's ``values`` that go past what the central (global)
+    policy allows, by each field's ``tenant`` rule: a central field set to anything but
+    the central value, an UP field below it, a DOWN field above it; and the special
+    ones: tiers outside the central set (an empty list means every tier), a rate limit or
+    token cap above the central one (rate 0 = unlimited), or explicit tiers the central
+    policy forbids."""
     out: dict[str, list[str]] = {}
+    for name, value in values.items():
+        f = FIELDS.get(name)
+        if f is None or value is None:
+            continue
+        top = central.get(name, f.default)
+        if f.tenant == TENANT_CENTRAL and value != top:
+            out[name] = [f"set centrally ({_CENTRAL_WHY.get(name, 'shared')}): {top}"]
+        elif f.tenant == TENANT_UP and value < top:
+            out[name] = [f"central bound: at least {top:g}"]
+        elif f.tenant == TENANT_DOWN and value > top:
+            out[name] = [f"central bound: at most {top:g}"]
     if "allowed_tiers" in values:
         mine, theirs = set(values["allowed_tiers"]), set(central["allowed_tiers"])
         if theirs and (not mine or not mine <= theirs):
@@ -201,3 +236,18 @@ def effective(global_values: Mapping[str, Any] | None,
               tenant_values: Mapping[str, Any] | None) -> dict[str, Any]:
     """Defaults, overridden by the global policy, overridden by the tenant's."""
     return {**DEFAULTS, **(global_values or {}), **(tenant_values or {})}
+
+
+def tenant_rule(name: str, central: Mapping[str, Any]) -> tuple[str, str]:
+    """(rule, what a tenant-scoped user is told) for the policy form."""
+    f = FIELDS[name]
+    top = central.get(name, f.default)
+    if f.tenant == TENANT_CENTRAL:
+        return f.tenant, f"Set centrally: {_CENTRAL_WHY.get(name, 'shared')}."
+    if f.tenant == TENANT_UP:
+        return f.tenant, f"You may raise it (stricter), not go below {top:g}."
+    if f.tenant == TENANT_DOWN:
+        return f.tenant, f"You may lower it (stricter), not go above {top:g}."
+    if f.tenant == TENANT_SPECIAL:
+        return f.tenant, "You may narrow it within the central bound."
+    return f.tenant, ""

@@ -52,12 +52,20 @@ def update_policy(user, tenant_id: int | None, values: dict[str, Any],
     current = _row(tenant_id)
     old = dict(current.values) if current else {}
     kept = {} if replace else {k: v for k, v in old.items() if k not in cleared}
+    if user.tenant_id is not None:
+        # a tenant-scoped user's form cannot send central fields: keep what was set there
+        kept.update({k: v for k, v in old.items()
+                     if k in schema.FIELDS and schema.FIELDS[k].tenant == schema.TENANT_CENTRAL
+                     and k not in given})
     known = set(db.session.scalars(db.select(Tier.name)))
     clean, errors = schema.validate(given, base={**base, **kept}, known_tiers=known)
     if errors:
         raise ValidationError("invalid policy", errors)
     if user.tenant_id is not None:
-        beyond = schema.beyond_bounds(clean, schema.effective(base, None))
+        # only what they change is held to the central bounds (an override a global user
+        # set beyond them stays, and the form may send it back unchanged)
+        changed = {k: v for k, v in clean.items() if k not in old or old[k] != v}
+        beyond = schema.beyond_bounds(changed, schema.effective(base, None))
         if beyond:
             raise Forbidden("a tenant may narrow its limits, never go past the central ones",
                             beyond)

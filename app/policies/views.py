@@ -35,12 +35,19 @@ def _submitted() -> dict[str, str]:
 
 
 def _rows(own: dict[str, Any], inherited: dict[str, Any], submitted: dict[str, str] | None):
+    """One row per field; for a tenant-scoped user, what they may do with it (``rule``,
+    ``why``): central fields are shown read-only with the reason."""
+    scoped = current_user.tenant_id is not None
     rows = []
     for name, f in schema.FIELDS.items():
-        value = submitted[name] if submitted is not None else (
+        value = submitted.get(name, "") if submitted is not None else (
             _display(own[name]) if name in own else "")
+        rule, why = schema.tenant_rule(name, inherited) if scoped else (schema.TENANT_FREE, "")
+        if submitted is not None and rule == schema.TENANT_CENTRAL and name in own:
+            value = _display(own[name])
         rows.append({"name": name, "field": f, "value": value,
-                     "inherited": _display(inherited[name]),
+                     "inherited": _display(inherited[name]), "rule": rule, "why": why,
+                     "locked": rule == schema.TENANT_CENTRAL,
                      "kind": f.kind if isinstance(f.kind, str) else f.kind.__name__})
     return rows
 
@@ -53,7 +60,8 @@ def _save(tenant_id: int | None, template: str, context: dict):
     except ServiceError as exc:
         if not exc.errors:
             raise
-        context["rows"] = _rows({}, context["inherited"], submitted)
+        own = service.tenant_values(tenant_id) if tenant_id else {}
+        context["rows"] = _rows(own, context["inherited"], submitted)
         return render_errors(template, exc, **context)
     flash("Policy saved.", "success")
     return None

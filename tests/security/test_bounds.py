@@ -53,6 +53,57 @@ def test_a_scoped_ops_user_may_narrow_and_a_central_one_may_do_anything(central)
     assert global_values()["rate_limit_rpm"] == 600
 
 
+@pytest.mark.parametrize("values", [
+    {"router_tau_1": 0.95},                   # central: calibrated on promotion
+    {"margin_gamma": 0.1},                    # central: calibrated per model
+    {"bounded_load_factor": 3.0},             # central: shared pools
+    {"explore_pct": 50.0},                    # central: shared tier-1 capacity
+    {"cache_similarity_threshold": 0.9},      # only stricter (up)
+    {"shadow_concordance": 0.8},              # only stricter (up)
+    {"cache_ttl_s": 10 * 86400},              # only shorter (down)
+    {"canary_max_error_rate": 0.5}])          # only stricter (down)
+def test_a_scoped_ops_user_may_not_loosen_or_set_central_fields(app, values):
+    tenant = TenantFactory()
+    lead = UserFactory(role="ops", tenant=tenant)
+    with pytest.raises(Forbidden) as exc:
+        update_policy(lead, tenant.id, values)
+    assert set(exc.value.errors) == set(values)
+    assert tenant_values(tenant.id) == {}
+
+
+def test_a_scoped_ops_user_may_tighten_and_keeps_what_central_set(app):
+    tenant = TenantFactory()
+    lead = UserFactory(role="ops", tenant=tenant)
+    admin = UserFactory(role="admin")
+    # central ops gave this tenant its own tau and a longer cache life than the global one
+    update_policy(admin, tenant.id, {"router_tau_1": 0.9, "cache_ttl_s": 3 * 86400})
+    # the lead tightens what they may and changes what is their own; their form sends the
+    # central override back unchanged (ttl) and cannot send the central field at all (tau)
+    update_policy(lead, tenant.id, {"cache_similarity_threshold": 0.99,
+                                    "shadow_concordance": 0.995, "minify_enabled": False,
+                                    "cache_ttl_s": 3 * 86400}, replace=True)
+    assert tenant_values(tenant.id) == {"router_tau_1": 0.9, "cache_ttl_s": 3 * 86400,
+                                        "cache_similarity_threshold": 0.99,
+                                        "shadow_concordance": 0.995, "minify_enabled": False}
+    with pytest.raises(Forbidden):   # but not lengthen it further themselves
+        update_policy(lead, tenant.id, {"cache_ttl_s": 5 * 86400})
+
+
+def test_the_policy_form_shows_central_fields_read_only_with_the_reason(app):
+    from tests.console.web import browser, login
+    tenant = TenantFactory()
+    lead = UserFactory(role="ops", tenant=tenant)
+    web = browser(app)
+    login(web, lead.email)
+    html = web.get(f"/tenants/{tenant.id}/policy").get_data(as_text=True)
+    tau = html.split('id="p-router_tau_1"', 1)[1].split(">", 1)[0]
+    assert "disabled" in tau
+    assert "Set centrally: calibrated on every router promotion" in html
+    assert "You may raise it (stricter), not go below 0.965." in html
+    free = html.split('id="p-minify_enabled"', 1)[1].split(">", 1)[0]
+    assert "disabled" not in free
+
+
 def test_status_and_adjustments_are_central(app):
     tenant = TenantFactory(status="suspended")
     with pytest.raises(Forbidden):
