@@ -18,8 +18,25 @@ api_bp = Blueprint("workflows_api", __name__)
 @bp.route("/workflows")
 @login_required
 def workflows_list():
+    """Workflows, with where auto traffic goes now: a workflow younger than its tenant's
+    ``frontier_first_hours`` is in its warm-up window (every auto request on the frontier
+    tier, so its traces can teach the router and the adapters), until the time shown."""
+    from datetime import datetime, timedelta, timezone
+
+    from app.policies.service import effective_policy
     rows = service.list_workflows(current_user)
-    return render_template("console/workflows.html", workflows=rows,
+    now = datetime.now(timezone.utc)
+    hours: dict[int, float] = {}
+    warmup = {}
+    for w in rows:
+        if w.tenant_id not in hours:
+            hours[w.tenant_id] = float(effective_policy(w.tenant_id)["frontier_first_hours"])
+        first = w.first_seen_at if w.first_seen_at.tzinfo else \
+            w.first_seen_at.replace(tzinfo=timezone.utc)
+        until = first + timedelta(hours=hours[w.tenant_id])
+        if until > now:
+            warmup[w.id] = until
+    return render_template("console/workflows.html", workflows=rows, warmup=warmup,
                            editable={w.id for w in rows
                                      if current_user.can("workflow.manage", w.tenant_id)})
 

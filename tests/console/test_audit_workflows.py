@@ -44,3 +44,23 @@ def test_scoped_user_sees_only_own_workflows(client, as_role):
     assert "mine" in html and "theirs" not in html
     assert client.get(f"/workflows/{theirs.id}/edit").status_code == 404
     assert client.get(f"/workflows/{mine.id}/edit").status_code == 200
+
+
+def test_workflows_say_which_are_in_their_frontier_warm_up(client, admin):
+    from datetime import datetime, timedelta, timezone
+
+    from app.extensions import db
+    from app.policies.models import Policy
+    from app.workflows.service import ensure_workflow
+    tenant = TenantFactory(name="alpha")
+    db.session.add(Policy(tenant_id=tenant.id, values={"frontier_first_hours": 24}))
+    fresh = ensure_workflow(tenant.id, "sig-fresh")
+    old = ensure_workflow(tenant.id, "sig-old")
+    old.first_seen_at = datetime.now(timezone.utc) - timedelta(hours=25)
+    db.session.commit()
+    html = client.get("/workflows").get_data(as_text=True)
+    rows = {sig: html.split(f"<code>{sig[:12]}</code>", 1)[1].split("</tr>", 1)[0]
+            for sig in ("sig-fresh", "sig-old")}
+    until = (fresh.first_seen_at.replace(tzinfo=timezone.utc) + timedelta(hours=24))
+    assert f"warm-up: frontier until {until:%Y-%m-%d %H:%M} UTC" in rows["sig-fresh"]
+    assert "warm-up" not in rows["sig-old"] and "router" in rows["sig-old"]
