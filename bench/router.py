@@ -18,7 +18,18 @@ does), 20% calibration (τ for the quality target, and the heuristic's threshold
 chosen here), 20% test (every reported figure). "Before calibration" is a plain
 (unweighted) logistic regression on the same features, without any calibration map.
 
-    .venv/bin/python bench/router.py [--n 3000] [--seed 0]
+Production labels (issue 24): the sections above train on every tier's label, which the
+ledger never has. The last section gives train and calibration rows only the labels the
+gateway would produce (app.cascade.evaluation.tier_labels on the trace): each request is
+served frontier-first (1/3) or by tier 2 before any router exists (2/3), the client's
+feedback (the served tier's true label) comes back for 80% of them, and tier-1
+exploration answers explore_pct of them again on tier 1 off the path. Exploration's
+verdict model: tier 1 agrees with the served answer when both are right (two wrong
+answers are taken to differ). τ is then chosen on the calibration rows as a promotion
+does (app.cascade.regret: 95% bound on regret <= router_max_regret 0.008 at the quality
+target); every figure is measured on test with all labels known.
+
+    .venv/bin/python bench/router.py [--n 3000] [--seed 0] [--explore 0 5 20 100]
 """
 from __future__ import annotations
 
@@ -175,6 +186,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--target", type=float, default=0.99)
     ap.add_argument("--emb-cache", help="an .npy file to keep the embeddings in between runs")
+    ap.add_argument("--max-regret", type=float, nargs="*", default=[0.008, 0.02],
+                    help="router_max_regret values of the production-labels section")
+    ap.add_argument("--explore", type=float, nargs="*", default=[0, 5, 20, 100],
+                    help="explore_pct values of the production-labels section")
     ap.add_argument("--raw-dims", type=int, default=-1,
                     help="leading feature columns left unscaled (default: the embedding)")
     args = ap.parse_args()
@@ -219,7 +234,7 @@ def main() -> int:
         rm.route(router, Xt[i % len(Xt)], taus)
     t_route = (time.perf_counter() - t0) / n_time
 
-    print("\n\n".join(__doc__.split("\n\n")[1:3]) + "\n")
+    print("\n\n".join(__doc__.split("\n\n")[1:4]) + "\n")
     print(f"traces: {len(rows)}: train {len(tr)} (classifiers + isotonic maps on out-of-fold "
           f"scores), calibration {len(ca)} (tau chosen here), test {len(te)} (every figure "
           "below)")
@@ -279,7 +294,63 @@ def main() -> int:
     best_h = max(heuristic_curve(h_test, Lt, Ct),
                  key=lambda p: p["relative_quality"] - 1e-9 * p["cost"])
     print(f"heuristic router's best test quality anywhere on its grid: {fmt(best_h)}")
+    production_labels(args, X, L, C, tr, ca, te, raw)
     return 0
+
+
+def served_labels(L: np.ndarray, explore_pct: float, rng: np.random.Generator) -> np.ndarray:
+    """The labels the ledger would hold for these rows (NaN unknown), by the service's rule."""
+    from app.cascade.evaluation import tier_labels
+    out = np.full(L.shape, np.nan)
+    for i, truth in enumerate(L):
+        served = 3 if rng.random() < 1 / 3 else 2
+        trace = {"tier_rank": served}
+        if rng.random() < 0.8:
+            trace["feedback"] = "pass" if truth[served - 1] else "fail"
+        if rng.random() * 100 < explore_pct:
+            trace["shadow"] = {"1": bool(truth[0] and truth[served - 1])}
+        out[i] = [np.nan if v is None else v for v in tier_labels(trace)]
+    return out
+
+
+def true_regret(chosen: np.ndarray, L: np.ndarray) -> float:
+    """Share of requests sent to a cheaper tier that fails where the frontier passes."""
+    rows = np.arange(len(chosen))
+    return float(((L[rows, chosen - 1] == 0) & (L[:, -1] == 1) & (chosen < L.shape[1])).mean())
+
+
+def production_labels(args, X, L, C, tr, ca, te, raw) -> None:
+    from app.cascade import regret
+    print(f"\nProduction labels (issue 24): tau from the regret bound (95%, >= {args.target:.0%} "
+          "quality) on calibration rows, figures on test:")
+    print("  labels                      tier-1 labels (+)  bound  tau1  tau2   test figures"
+          "                                                     test regret")
+    Xt, Lt, Ct = X[te], L[te], C[te]
+    regimes = [("all labels known (oracle)", None)] + [(f"explore_pct {p:g}", p)
+                                                      for p in args.explore]
+    for name, pct in regimes:
+        rng = np.random.default_rng(args.seed + 5)
+        Ltr = L[tr].astype(float) if pct is None else served_labels(L[tr], pct, rng)
+        Lca = L[ca].astype(float) if pct is None else served_labels(L[ca], pct, rng)
+        per_tier = {}
+        for rank in (1, 2):
+            known = ~np.isnan(Ltr[:, rank - 1])
+            per_tier[rank] = (X[tr][known], Ltr[known, rank - 1].astype(int))
+        params = fit_router(per_tier, fallback_rank=3, raw_dims=raw)
+        Qt = rm.predict_batch(rm.load(params), Xt)
+        y1 = per_tier[1][1]
+        for bound in args.max_regret:
+            found = regret.choose(params, X[ca], Lca, C[ca], quality_target=args.target,
+                                  max_regret=bound, confidence=0.95)
+            head = f"  {name:27s} {len(y1):6d} ({int(y1.sum()):5d})  {bound:5.1%}  "
+            if found["point"] is None:
+                print(head + f"not promoted: {found['reason']}")
+                continue
+            taus = {int(k): v for k, v in found["point"]["taus"].items()}
+            chosen = rm.route_batch(Qt, (1, 2), taus, 3)
+            pt = rm.operating_point(chosen, Lt, Ct)
+            print(head + f"{taus[1]:.2f}  {taus[2]:.2f}   {fmt(pt)}  "
+                  f"{true_regret(chosen, Lt):.2%}")
 
 
 if __name__ == "__main__":
