@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import os
+from decimal import Decimal
 from pathlib import Path
 
 import httpx
 import pytest
 
+from app.core import costing
 from app.finops import rollups, service
 from tests.e2e.conftest import sign_in
 from tests.factories import UserFactory
@@ -70,12 +72,21 @@ def test_gateway_traffic_dashboard_csv_and_budget(world, console, page, tmp_path
     assert "budget-table" in page.content()
 
 
-def test_gateway_refuses_the_next_request_after_a_hard_budget(world):
+def test_gateway_refuses_the_next_request_after_a_hard_budget(world, console, page):
     client = world.client()
     client.chat.completions.create(model="tier-3", messages=[{"role": "user", "content": "hi"}])
-    world.drain_rows(1)
+    (booked,) = world.drain_rows(1)
     admin = UserFactory(role="finops")
-    service.save_budget(admin, world.tenant.id, "0.000001", "hard_stop")
+    # a sub-cent budget, set and shown in the browser as it is (not "$0.00")
+    sign_in(page, console, admin.email)
+    page.goto(console + "/finops/budgets")
+    page.select_option("#f-tenant_id", str(world.tenant.id))
+    page.fill("#f-monthly_limit_usd", "0.000046")
+    page.select_option("#f-action", "hard_stop")
+    page.click("#budget-save")
+    row = page.locator(f"#budget-table tr[data-tenant='{world.tenant.name}']")
+    row.wait_for()
+    assert "$0.000046" in row.inner_text()
     service.reconcile_budget_counters()
     r = httpx.post(world.base_url + "/chat/completions",
                    headers={"authorization": f"Bearer {world.key}"},
@@ -84,7 +95,11 @@ def test_gateway_refuses_the_next_request_after_a_hard_budget(world):
     assert r.status_code == 429
     err = r.json()["error"]
     assert err["code"] == "budget_exceeded" and err["type"] == "insufficient_quota"
-    assert err["message"].startswith("Monthly budget of $")
+    # refused with its real figures: the limit as set, the spend to the micro-dollar
+    assert err["message"].startswith("Monthly budget of $0.000046 ")
+    spent = err["message"].split("(spent $", 1)[1].split(" ", 1)[0]
+    assert Decimal(spent) == costing.shown(booked.cost_usd) > 0   # (+ the next one's estimate
+    # would pass the limit: a hard stop refuses before, not after)
 
 
 def _redis():
