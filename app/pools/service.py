@@ -105,7 +105,8 @@ def live_stats(replica_ids: list[int]) -> dict[int, dict[str, str]]:
 
 def metric_series(replica_ids: list[int], limit: int = 120) -> dict[int, list[dict[str, Any]]]:
     """Per replica, the last ``limit`` scrapes (oldest first) with rates between scrapes:
-    prefix-cache hit rate and mean TTFT over each interval."""
+    prefix-cache hit rate and mean TTFT over each interval (the first one: since the
+    engine started)."""
     out: dict[int, list[dict[str, Any]]] = {}
     for rid in replica_ids:
         rows = list(db.session.scalars(
@@ -117,13 +118,18 @@ def metric_series(replica_ids: list[int], limit: int = 120) -> dict[int, list[di
             point = {"at": row.at.isoformat(), "kv_cache_usage_perc": row.kv_cache_usage_perc,
                      "queue": row.num_requests_waiting, "running": row.num_requests_running,
                      "hit_rate": None, "ttft_s": None}
-            if prev is not None:
-                dq = row.prefix_cache_queries - prev.prefix_cache_queries
-                dh = row.prefix_cache_hits - prev.prefix_cache_hits
-                dn = row.ttft_seconds_count - prev.ttft_seconds_count
-                ds = row.ttft_seconds_sum - prev.ttft_seconds_sum
-                point["hit_rate"] = dh / dq if dq > 0 else None
-                point["ttft_s"] = ds / dn if dn > 0 else None
+            # over the interval since the previous scrape; the first kept scrape (or one
+            # after an engine restart reset its counters) covers the engine's life so far,
+            # as the live table does
+            fresh = prev is None or row.prefix_cache_queries < prev.prefix_cache_queries \
+                or row.ttft_seconds_count < prev.ttft_seconds_count
+            base = None if fresh else prev
+            dq = row.prefix_cache_queries - (base.prefix_cache_queries if base else 0)
+            dh = row.prefix_cache_hits - (base.prefix_cache_hits if base else 0)
+            dn = row.ttft_seconds_count - (base.ttft_seconds_count if base else 0)
+            ds = row.ttft_seconds_sum - (base.ttft_seconds_sum if base else 0)
+            point["hit_rate"] = dh / dq if dq > 0 else None
+            point["ttft_s"] = ds / dn if dn > 0 else None
             series.append(point)
             prev = row
         out[rid] = series

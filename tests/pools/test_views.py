@@ -52,6 +52,8 @@ def test_ops_sees_live_stats_and_buttons_and_can_queue_a_pool_start(app, redis_c
     assert html.count("Start pool") == 1 and "Hot-load on every replica" in html
     series = json.loads(html.split("const SERIES = ", 1)[1].split(";\n", 1)[0])
     assert series[str(r0.id)][1]["hit_rate"] == 0.8  # (90-10)/(200-100) between scrapes
+    # the first scrape covers the engine's life so far (as the live table): not a gap
+    assert series[str(r0.id)][0]["hit_rate"] == 0.1 and series[str(r0.id)][0]["ttft_s"] == 0.1
     before = len(_queued(redis_client, f"pool.{pool.node}"))
     resp = web.post(f"/pools/{pool.id}/action", data={"action": "start",
                                                       "csrf_token": csrf_from(html)})
