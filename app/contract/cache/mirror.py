@@ -15,6 +15,12 @@ entries' records travel, then one numpy product scans the whole bucket. Deleted 
 not pushed to copies: candidates are confirmed against their exact-cache entry before they
 are served (an evicted or invalidated entry has none), and a copy much larger than the bucket
 is reloaded.
+
+An entry stored without its vector (``app.contract.cache.store``: the answer's bucket was empty
+when it was asked, so nobody needed the vector yet) is *pending*: its record carries the text
+instead. The first lookup that finds pending entries embeds them, writes the vectors back
+(a new sequence number, so every copy picks the filled record up) and the entry becomes
+an ordinary row.
 """
 from __future__ import annotations
 
@@ -35,7 +41,7 @@ SCAN_CHUNK = 1024
 class BucketCopy:
     """One bucket's live entries: ids, metadata, an (n, d) float32 matrix and expiries."""
 
-    __slots__ = ("gen", "n", "ids", "metas", "vecs", "exp", "rows")
+    __slots__ = ("gen", "n", "ids", "metas", "vecs", "exp", "rows", "index", "pending")
 
     def __init__(self, gen: bytes, n: int) -> None:
         self.gen, self.n = gen, n
@@ -44,8 +50,28 @@ class BucketCopy:
         self.vecs = np.empty((0, 0), dtype=np.float32)
         self.exp = np.empty(0, dtype=np.float64)
         self.rows = 0
+        self.index: dict[str, int] = {}        # request_id -> row
+        self.pending: dict[str, dict] = {}     # request_id -> meta of an entry with no vector yet
 
     def append(self, entries: list[tuple[str, dict, np.ndarray]]) -> None:
+        """New records in sequence order: a vectorless one is pending; one whose request id
+        already has a row (its vector written back) replaces that row."""
+        fresh = []
+        for rid, meta, vec in entries:
+            if not len(vec):
+                if rid not in self.index:
+                    self.pending[rid] = meta
+                continue
+            self.pending.pop(rid, None)
+            row = self.index.get(rid)
+            if row is not None and self.vecs.shape[1] == len(vec):
+                meta["_profile"] = EntityProfile.from_dict(meta["profile"])
+                self.vecs[row], self.exp[row], self.metas[row] = vec, float(meta["exp"]), meta
+                continue
+            fresh.append((rid, meta, vec))
+        self._append_rows(fresh)
+
+    def _append_rows(self, entries: list[tuple[str, dict, np.ndarray]]) -> None:
         if not entries:
             return
         dim = len(entries[0][2])
@@ -66,6 +92,7 @@ class BucketCopy:
             self.exp[self.rows] = float(meta["exp"])
             self.ids.append(rid)
             self.metas.append(meta)
+            self.index[rid] = self.rows
             self.rows += 1
 
     def candidates(self, query: np.ndarray, threshold: float, now: float,
@@ -83,8 +110,17 @@ class BucketCopy:
         return [(int(i), float(sims[i])) for i in idx if accept(self.metas[i]["_profile"])]
 
     def has_live(self, now: float) -> bool:
-        """Whether any row is unexpired (and so could answer a lookup)."""
-        return bool(self.rows) and bool((self.exp[:self.rows] > now).any())
+        """Whether any entry is unexpired (and so could answer a lookup)."""
+        return bool(self.rows) and bool((self.exp[:self.rows] > now).any()) \
+            or any(m["exp"] > now for m in list(self.pending.values()))
+
+    def live_pending(self, now: float, limit: int) -> list[tuple[str, dict]]:
+        """Up to ``limit`` unexpired pending entries, newest first; expired ones are dropped."""
+        items = list(self.pending.items())
+        for rid, meta in items:
+            if meta["exp"] <= now:
+                self.pending.pop(rid, None)
+        return [(r, m) for r, m in reversed(items) if m["exp"] > now][:limit]
 
     def kill(self, row: int) -> None:
         """Drop a row from consideration (its entry is gone from Redis)."""
@@ -155,6 +191,16 @@ class BucketMirror:
             self._rows += copy.rows
             self._shrink(keep=bucket)
         return copy
+
+    def fill(self, bucket: str, copy: BucketCopy,
+             entries: list[tuple[str, dict, np.ndarray]]) -> None:
+        """Pending entries of ``copy`` got their vectors (written back to Redis too)."""
+        with self._lock:
+            before = copy.rows
+            copy.append(entries)
+            if self._copies.get(bucket) is copy:
+                self._rows += copy.rows - before
+                self._shrink(keep=bucket)
 
     def _drop(self, bucket: str) -> None:
         with self._lock:

@@ -12,6 +12,10 @@ Layout (all under ``<namespace>:cache``):
   Entity-free questions of one tenant and system prompt all share one bucket, so a bucket
   holds up to ``BUCKET_CAP`` entries and each process mirrors it (``app.contract.cache.mirror``),
   fetching only what changed since its last lookup.
+  An answer whose bucket was empty when it was asked may be stored before anyone has
+  embedded it (``store(..., vector_later=True)``): its record carries the text, and the
+  first lookup that reaches the bucket embeds it and writes the vector back. Until then the
+  entry serves exact repeats only; nothing is ever matched without its vector.
 - ``r:<request_id>``           where an entry lives, for eviction by feedback.
 - ``t:<tenant>`` / ``w:<tenant>:<workflow>``  request ids, for invalidation.
 
@@ -46,6 +50,7 @@ BUCKET_CAP = 20_000         # entries per semantic bucket in Redis (oldest dropp
 EXPIRED_SWEEP = 32          # expired entries a store removes from its bucket, at most
 VERIFY_BATCH = 8            # candidates confirmed per Redis round trip
 BREAKER_MAX_S = 30.0        # longest pause before Redis is tried again
+FILL_MAX = 64               # pending entries a lookup embeds and writes back, at most
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 # Adds one entry to a bucket atomically: the sequence number and the zset agree, so a
@@ -75,6 +80,16 @@ return n
 """
 # Extends each key's TTL to at least ARGV[1] seconds, never shortens it (EXPIRE GT/NX need
 # Redis 7). KEYS: the keys.
+# Writes a pending entry's vector back, only while the entry is still in its bucket (not
+# evicted, expired or invalidated since), under a new sequence number so every mirror
+# fetches the filled record. KEYS: bucket, :v, :s  ARGV: rid, record.
+_FILL_LUA = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+local n = redis.call('HINCRBY', KEYS[2], 'n', 1)
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[3], n, ARGV[1])
+return n
+"""
 _EXTEND_LUA = """
 for _, k in ipairs(KEYS) do
   if redis.call('TTL', k) < tonumber(ARGV[1]) then redis.call('EXPIRE', k, ARGV[1]) end
@@ -113,10 +128,14 @@ class CacheStore:
     mirror: BucketMirror = field(default_factory=BucketMirror, repr=False)
     _add: Any = field(default=None, repr=False)
     _extend: Any = field(default=None, repr=False)
+    _fill: Any = field(default=None, repr=False)
+    # Embeds pending entries' texts: (n, d) unit rows. None: this process's encoder.
+    embed_texts: Callable[[list[str]], np.ndarray] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._add = self.redis.register_script(_ADD_LUA)
         self._extend = self.redis.register_script(_EXTEND_LUA)
+        self._fill = self.redis.register_script(_FILL_LUA)
 
     # ---- circuit breaker ----------------------------------------------------------------
     def redis_available(self) -> bool:
@@ -207,11 +226,16 @@ class CacheStore:
         return self._semantic_redis(key, embedding, threshold)
 
     def _semantic_redis(self, key: CacheKey, embedding: Embedding, threshold: float) -> CacheHit | None:
-        copy = self.mirror.sync(self.redis, self._k("b", key.tenant_id, key.composite), _unpack)
+        bucket = self._k("b", key.tenant_id, key.composite)
+        copy = self.mirror.sync(self.redis, bucket, _unpack)
         now = time.time()
         if copy is None or not copy.has_live(now):
             return None  # nothing the request could match: no vector needed
-        cands = copy.candidates(_vector(embedding), threshold, now,
+        vec = _vector(embedding)
+        pending = copy.live_pending(now, FILL_MAX)
+        if pending:
+            self._fill_pending(bucket, copy, pending)
+        cands = copy.candidates(vec, threshold, now,
                                 lambda prof: profiles_compatible(key.profile, prof))
         for i in range(0, len(cands), VERIFY_BATCH):
             batch = cands[i:i + VERIFY_BATCH]
@@ -226,6 +250,39 @@ class CacheStore:
                 return CacheHit("semantic", sim, entry["response"], entry["request_id"],
                                 entry.get("created", 0.0))
         return None
+
+    def _fill_pending(self, bucket: str, copy: Any, pending: list[tuple[str, dict]]) -> None:
+        """Embed entries stored without a vector and write the vectors back (Redis, and the
+        Qdrant copy); entries gone from Redis meanwhile are dropped, not revived."""
+        raws = self.redis.mget([meta["x"] for _, meta in pending])
+        live = []
+        for (rid, meta), raw in zip(pending, raws):
+            entry = json.loads(raw) if raw is not None else None
+            if entry is None or entry.get("request_id") != rid:
+                copy.pending.pop(rid, None)  # evicted, or replaced by a newer answer
+                continue
+            live.append((rid, meta, entry))
+        if not live:
+            return
+        embed_texts = self.embed_texts
+        if embed_texts is None:
+            from app.contract.cache.embedding import embed_many as embed_texts
+        vecs = embed_texts([meta["t"] for _, meta, _ in live])
+        pipe = self.redis.pipeline(transaction=False)
+        filled = []
+        for (rid, meta, entry), vec in zip(live, vecs):
+            meta = {k: v for k, v in meta.items() if k not in ("t", "_profile")}
+            self._fill(keys=[bucket, f"{bucket}:v", f"{bucket}:s"],
+                       args=[rid, _pack(meta, vec)], client=pipe)
+            filled.append((rid, meta, np.asarray(vec, dtype=np.float32), entry))
+        done = pipe.execute()
+        self.mirror.fill(bucket, copy, [(rid, meta, vec) for (rid, meta, vec, _), n
+                                        in zip(filled, done) if n])
+        for (rid, meta, vec, entry), n in zip(filled, done):
+            copy.pending.pop(rid, None)
+            if n:
+                self._store_qdrant_entry(meta["composite"], meta["tenant"], meta["profile"],
+                                         vec, entry, meta["exp"])
 
     def _semantic_qdrant(self, key: CacheKey, embedding: np.ndarray | None,
                          threshold: float) -> CacheHit | None:
@@ -249,19 +306,23 @@ class CacheStore:
 
     # ---- store ------------------------------------------------------------------------
     def store(self, key: CacheKey, embedding: np.ndarray | None, response: dict, request_id: str,
-              ttl_s: int, workflow: str | None = None) -> bool:
-        """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``."""
+              ttl_s: int, workflow: str | None = None, *, vector_later: bool = False) -> bool:
+        """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``.
+        ``vector_later``: with no ``embedding``, the semantic entry is kept pending (with its
+        text), to be embedded by the first lookup that reaches its bucket; without it, an
+        answer stored with no embedding serves exact repeats only."""
         if ttl_s <= 0:
             return False
         if not key.semantic:
-            embedding = None
+            embedding, vector_later = None, False
         now = time.time()
         entry = {"response": response, "request_id": request_id, "created": now,
                  "workflow": workflow or ""}
         ok = False
         if self.redis_available():
             try:
-                self._store_redis(key, embedding, entry, request_id, ttl_s, workflow, now)
+                self._store_redis(key, embedding, entry, request_id, ttl_s, workflow, now,
+                                  vector_later)
                 self._redis_ok()
                 ok = True
             except _REDIS_DOWN:
@@ -273,7 +334,8 @@ class CacheStore:
         return ok
 
     def _store_redis(self, key: CacheKey, embedding: np.ndarray | None, entry: dict,
-                     request_id: str, ttl_s: int, workflow: str | None, now: float) -> None:
+                     request_id: str, ttl_s: int, workflow: str | None, now: float,
+                     vector_later: bool = False) -> None:
         xkey = self._k("x", key.tenant_id, key.exact_hash)
         bucket = self._k("b", key.tenant_id, key.composite)
         pipe = self.redis.pipeline(transaction=False)
@@ -285,9 +347,12 @@ class CacheStore:
         for ik in index_keys:
             pipe.sadd(ik, request_id)
         self._extend(keys=index_keys, args=[ttl_s], client=pipe)
-        if embedding is not None:
+        if embedding is not None or vector_later:
             meta = {"x": xkey, "exp": now + ttl_s, "created": now,
                     "profile": key.profile.to_dict()}
+            if embedding is None:  # pending: what the filler needs to embed and index it
+                meta.update(t=key.text, composite=key.composite, tenant=key.tenant_id)
+                embedding = _NO_VECTOR
             self._add(keys=[bucket, f"{bucket}:v", f"{bucket}:s", f"{bucket}:e"],
                       args=[request_id, _pack(meta, embedding), now + ttl_s, now, ttl_s,
                             self.bucket_cap, uuid.uuid4().hex, EXPIRED_SWEEP], client=pipe)
@@ -295,13 +360,18 @@ class CacheStore:
 
     def _store_qdrant(self, key: CacheKey, embedding: np.ndarray, entry: dict, exp: float,
                       workflow: str | None) -> None:
+        self._store_qdrant_entry(key.composite, key.tenant_id, key.profile.to_dict(), embedding,
+                                 {**entry, "workflow": workflow or ""}, exp)
+
+    def _store_qdrant_entry(self, composite: str, tenant: str, profile: dict,
+                            embedding: np.ndarray, entry: dict, exp: float) -> None:
         try:
             client = self.qdrant()
             if client is None:
                 return
             from qdrant_client import models
-            payload = {**entry, "composite": key.composite, "tenant": key.tenant_id,
-                       "workflow": workflow or "", "exp": exp, "profile": key.profile.to_dict()}
+            payload = {**entry, "composite": composite, "tenant": tenant,
+                       "workflow": entry.get("workflow") or "", "exp": exp, "profile": profile}
             client.upsert(COLLECTION, [models.PointStruct(
                 id=_point_id(entry["request_id"]), vector=np.asarray(embedding).tolist(),
                 payload=payload)])
@@ -392,6 +462,9 @@ class CacheStore:
             client.delete(COLLECTION, models.FilterSelector(filter=models.Filter(must=must)))
         except Exception:
             log.warning("cache delete failed (Qdrant)", exc_info=True)
+
+
+_NO_VECTOR = np.empty(0, dtype=np.float32)
 
 
 def _unlink(pipe: Any, bucket: str, request_id: str) -> None:

@@ -6,10 +6,10 @@ RESPOND (cost 0); a miss goes on to S01 and, once the answer is complete,
 so they run in worker threads. The embedding (the one per request, ``ctx.embedding``,
 which the router reuses) is made only when it can change the answer: not on an exact hit,
 and not when the key's bucket holds no live entry (then nothing could match by meaning).
-A miss that skipped it embeds after the answer went out, and only when the answer is
-cacheable (the write needs the vector; the client's answer does not). Embeddings go through
-the process's micro-batcher (``app.contract.cache.batcher``): concurrent requests share
-one encoder call.
+A miss that skipped it is stored with its text instead of a vector: the first later request
+that reaches the same bucket embeds it (``CacheStore`` fills pending entries), so an answer
+nobody asks about again is never embedded at all. Embeddings go through the process's
+micro-batcher (``app.contract.cache.batcher``): concurrent requests share one encoder call.
 
 Nothing runs for a request that is not cacheable (cache off, temperature above the
 policy's bound, n > 1).
@@ -22,7 +22,6 @@ from typing import Any
 
 import anyio
 
-from app.contract.cache.embedding import embed_async
 from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
 from app.contract.keys import Keys
 from app.gateway.context import GatewayServices, RequestContext
@@ -127,7 +126,8 @@ async def run(ctx: RequestContext) -> str:
 
 def _store(ctx: RequestContext, store, response: dict) -> None:
     store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
-                int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None)
+                int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None,
+                vector_later=True)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
@@ -138,11 +138,6 @@ async def on_complete(ctx: RequestContext, response: dict | None) -> None:
         return
     if not is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
         return
-    if ctx.embedding is None and ctx.cache_key.semantic:
-        try:
-            ctx.embedding = await embed_async(ctx.cache_key.text, owner=ctx.tenant["id"])
-        except Exception as exc:  # noqa: BLE001 - still kept for exact repeats
-            log.warning("request %s: no embedding for the cache write: %s", ctx.request_id, exc)
     await anyio.to_thread.run_sync(_store, ctx, ctx.services.cache.store, response)
 
 
