@@ -157,7 +157,7 @@ def test_tau_set_by_hand_goes_to_the_version_and_is_republished(app, redis_clien
     accept_regret(t, 0.05)
     model = service.train_scope(scope, traces(800, seed=14))
     assert model.status == "active"
-    _, taus = service.set_taus_for_target(UserFactory(role="ops", tenant=t), model.id, 0.95)
+    _, taus = service.set_taus_for_target(UserFactory(role="ops"), model.id, 0.95)
     want = {"1": taus["router_tau_1"], "2": taus["router_tau_2"]}
     assert service.model_taus(service.get_model(None, model.id)) == want
     assert json.loads(redis_client.get(keys().router_active(scope)))["taus"] == want

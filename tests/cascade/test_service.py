@@ -103,7 +103,7 @@ def test_versioning_promotion_and_publish(app, redis_client):
 def test_set_taus_for_target_updates_tenant_policy_and_snapshot(app, redis_client):
     t = TenantFactory()
     model = service.train_scope(f"tenant:{t.id}", traces(800, seed=4))
-    ops = UserFactory(role="ops", tenant=t)
+    ops = UserFactory(role="ops")   # τ is calibrated centrally: a global user sets it
     _, taus = service.set_taus_for_target(ops, model.id, 0.99)
     pol = effective_policy(t.id)
     assert (pol["router_tau_1"], pol["router_tau_2"]) == (taus["router_tau_1"], taus["router_tau_2"])

@@ -20,7 +20,7 @@ def test_scope_page_shows_versions_charts_and_sets_tau(app, client):
     t = TenantFactory()
     scope = f"tenant:{t.id}"
     model = service.train_scope(scope, traces(800, seed=5))
-    ops = UserFactory(role="ops", tenant=t)
+    ops = UserFactory(role="ops")   # τ is calibrated centrally: a global user sets it
     login(client, ops)
     index = client.get("/router/")
     assert index.status_code == 200 and scope in index.text
@@ -56,6 +56,13 @@ def test_viewer_cannot_set_tau_and_other_tenants_see_nothing(app, client):
     assert client.post(f"/router/models/{model.id}/taus",
                        data={"quality_target": "99", "csrf_token": token}).status_code == 403
     assert effective_policy(t.id)["router_tau_1"] == before
+    # τ is calibrated centrally: the tenant's own ops may not set it either
+    login(client, UserFactory(role="ops", tenant=t))
+    token = csrf(client.get(f"/router/scope/tenant:{t.id}").text)
+    assert client.post(f"/router/models/{model.id}/taus",
+                       data={"quality_target": "99", "csrf_token": token}).status_code == 403
+    assert effective_policy(t.id)["router_tau_1"] == before
+    assert service.model_taus(service.get_model(None, model.id)) is None
     login(client, UserFactory(role="ops", tenant=other))
     assert client.get(f"/router/scope/tenant:{t.id}").status_code == 404
     assert f"tenant:{t.id}" not in client.get("/router/").text
@@ -65,7 +72,7 @@ def test_admin_api_sets_tau_like_the_console(app, client):
     from app.auth.service import create_admin_token
     t = TenantFactory()
     model = service.train_scope(f"tenant:{t.id}", traces(800, seed=8))
-    ops = UserFactory(role="ops", tenant=t)
+    ops = UserFactory(role="ops")
     _, token = create_admin_token(ops, "ci")
     auth = {"Authorization": f"Bearer {token}"}
     listed = client.get(f"/api/v1/router/scopes/tenant:{t.id}/models", headers=auth).get_json()
