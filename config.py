@@ -77,6 +77,9 @@ class Config:
     SESSION_COOKIE_SAMESITE = "Lax"
     GATEWAY_MAX_BODY_BYTES = 4 * 1024 * 1024
     GATEWAY_URL = "http://127.0.0.1:8400"   # the gateway's base URL as clients reach it
+    # two-person rule: a ledger adjustment above this (USD, either sign) waits for a second
+    # central FinOps user's approval before it is booked
+    FINOPS_ADJUSTMENT_SECOND_PERSON_USD = 100
     CONSOLE_REVEAL_TTL_S = 120   # a new key's plaintext waits this long for the page that shows it
     GATEWAY_SNAPSHOT_POLL_S = 0.5   # how often a gateway checks the snapshot version
     GATEWAY_EJECT_S = 5.0           # a replica that failed is skipped this long

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, Numeric, String, UniqueConstraint
+from sqlalchemy import Column, ForeignKey, Index, Integer, Numeric, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
@@ -113,3 +113,33 @@ class Rollup(db.Model):
 TTFT_BUCKET_COLUMNS = tuple(f"ttft_b{i:02d}" for i in range(N_BUCKETS))  # migration 0004: 35
 for _name in TTFT_BUCKET_COLUMNS:
     setattr(Rollup, _name, Column(_name, Integer, nullable=False, default=0, server_default="0"))
+
+
+class AdjustmentRequest(db.Model):
+    """A ledger adjustment above ``FINOPS_ADJUSTMENT_SECOND_PERSON_USD``: it waits here
+    until a second central FinOps user (not the requester) approves it, which books it as
+    the ledger row (``ledger_request_id``), or rejects it."""
+
+    __tablename__ = "adjustment_requests"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[int] = mapped_column()
+    amount_usd: Mapped[Decimal] = mapped_column(Money)
+    reason: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="pending", index=True)
+    requested_by_id: Mapped[int | None] = mapped_column(nullable=True)
+    requested_by: Mapped[str] = mapped_column(String(255))
+    requested_at = mapped_column(UTCDateTime, default=utcnow)
+    decided_by: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    decided_at = mapped_column(UTCDateTime, nullable=True)
+    decision_comment: Mapped[str] = mapped_column(Text, default="", server_default="")
+    ledger_request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "tenant_id": self.tenant_id, "amount_usd": str(self.amount_usd),
+                "reason": self.reason, "state": self.state, "requested_by": self.requested_by,
+                "requested_at": self.requested_at.isoformat() if self.requested_at else None,
+                "decided_by": self.decided_by,
+                "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+                "decision_comment": self.decision_comment,
+                "ledger_request_id": self.ledger_request_id}

@@ -19,7 +19,7 @@ from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
 from app.contract import budget as rb
 from app.finops import rollups, webhooks
-from app.finops.models import BUDGET_ACTIONS, Budget, BudgetAlert, Rollup
+from app.finops.models import BUDGET_ACTIONS, AdjustmentRequest, Budget, BudgetAlert, Rollup
 from app.ledger.models import LedgerEntry
 from app.redis_client import get_redis, keys
 from app.tenants.models import Tenant
@@ -54,9 +54,8 @@ def _tenant(tenant_id: Any) -> Tenant:
 
 # --- adjustments ----------------------------------------------------------------------
 
-def record_adjustment(user, tenant_id: int, amount: Any, reason: str) -> LedgerEntry:
-    """A correction as a new ledger row (kind='adjustment'); the ledger is never edited.
-    Counted in the Redis month counter too, so budgets see credits and charges."""
+def _check_adjustment(user, tenant_id: Any, amount: Any, reason: str
+                      ) -> tuple[Tenant, Decimal, str]:
     tenant = _tenant(tenant_id)
     if user.tenant_id is not None or not user.can("budget.manage", tenant.id):
         raise Forbidden("ledger adjustments are made by central FinOps")
@@ -66,23 +65,97 @@ def record_adjustment(user, tenant_id: int, amount: Any, reason: str) -> LedgerE
         raise ValidationError("an adjustment must not be zero", {"amount": ["is zero"]})
     if not reason:
         raise ValidationError("say why", {"reason": ["required"]})
+    return tenant, value, reason
+
+
+def second_person_threshold() -> Decimal:
+    return Decimal(str(current_app.config["FINOPS_ADJUSTMENT_SECOND_PERSON_USD"]))
+
+
+def record_adjustment(user, tenant_id: int, amount: Any, reason: str
+                      ) -> LedgerEntry | AdjustmentRequest:
+    """A correction as a new ledger row (kind='adjustment'); the ledger is never edited.
+    Counted in the Redis month counter too, so budgets see credits and charges.
+
+    Two-person rule: an amount above ``FINOPS_ADJUSTMENT_SECOND_PERSON_USD`` (either sign)
+    is not booked: it becomes a pending ``AdjustmentRequest`` that another central FinOps
+    user approves (``decide_adjustment``); that is what is returned then."""
+    tenant, value, reason = _check_adjustment(user, tenant_id, amount, reason)
+    if abs(value) > second_person_threshold():
+        req = AdjustmentRequest(tenant_id=tenant.id, amount_usd=costing.to_ledger(value),
+                                reason=reason[:500], requested_by_id=getattr(user, "id", None),
+                                requested_by=getattr(user, "email", "system"))
+        db.session.add(req)
+        db.session.flush()
+        record(user, "ledger.adjust_request", "adjustment_request", req.id, tenant_id=tenant.id,
+               after={"amount_usd": str(value), "reason": reason[:500]})
+        db.session.commit()
+        return req
+    return _book_adjustment(user, tenant, value, reason)
+
+
+def _book_adjustment(user, tenant: Tenant, value: Decimal, reason: str,
+                     people: tuple[str, str | None] | None = None) -> LedgerEntry:
+    """Book the adjustment; ``people`` = (requester, approver) under the two-person rule."""
     now = datetime.now(timezone.utc)
+    by = {"by": getattr(user, "email", "system")}
+    if people:
+        by = {"by": people[0], "approved_by": people[1]}
     row = LedgerEntry(request_id=f"adj_{uuid.uuid4().hex}", kind="adjustment", at=now,
                       tenant_id=tenant.id, tier="", workflow="", model="", status=200,
                       cache="miss", cost_usd=costing.to_ledger(value),
                       baseline_cost_usd=Decimal(0),
-                      payload={"adjustment": {"reason": reason[:500],
-                                              "by": getattr(user, "email", "system")}})
+                      payload={"adjustment": {"reason": reason[:500], **by}})
     db.session.add(row)
     db.session.flush()
     record(user, "ledger.adjust", "ledger_entry", row.id, tenant_id=tenant.id,
            after={"amount_usd": str(value), "reason": reason[:500],
-                  "request_id": row.request_id})
+                  "request_id": row.request_id, **({"requested_by": people[0]}
+                                                   if people else {})})
     redis = get_redis()
     with rb.booking_lock(redis, _ns(), hold_s=10, wait_s=15):  # a reconcile sees both
         db.session.commit()
         rb.add_spend(redis, _ns(), tenant.id, value, rb.current_period(now))
     return row
+
+
+def pending_adjustments(user) -> list[AdjustmentRequest]:
+    if user.tenant_id is not None or not user.can("budget.manage"):
+        return []
+    return list(db.session.scalars(sa.select(AdjustmentRequest).where(
+        AdjustmentRequest.state == "pending").order_by(AdjustmentRequest.id)))
+
+
+def decide_adjustment(user, request_id: Any, approve: bool, comment: str = ""
+                      ) -> AdjustmentRequest:
+    """The second person's decision on a pending adjustment: approving books it (as the
+    ledger row, naming both people), rejecting closes it. The requester cannot decide."""
+    req = db.session.get(AdjustmentRequest, int(request_id)) if str(request_id).isdigit() \
+        else None
+    if req is None:
+        raise NotFound("no such adjustment request")
+    if user.tenant_id is not None or not user.can("budget.manage", req.tenant_id):
+        raise Forbidden("adjustments are approved by central FinOps")
+    if req.state != "pending":
+        raise ValidationError(f"this adjustment is already {req.state}", {"state": [req.state]})
+    if getattr(user, "id", None) is not None and user.id == req.requested_by_id:
+        raise Forbidden("two-person rule: the person who asked for an adjustment cannot "
+                        "approve or reject it")
+    req.state = "approved" if approve else "rejected"
+    req.decided_by = getattr(user, "email", "system")
+    req.decided_at = datetime.now(timezone.utc)
+    req.decision_comment = (comment or "")[:500]
+    record(user, f"ledger.adjust_{req.state}", "adjustment_request", req.id,
+           tenant_id=req.tenant_id, after={"amount_usd": str(req.amount_usd),
+                                           "comment": req.decision_comment})
+    if not approve:
+        db.session.commit()
+        return req
+    row = _book_adjustment(user, _tenant(req.tenant_id), req.amount_usd, req.reason,
+                           people=(req.requested_by, req.decided_by))
+    req.ledger_request_id = row.request_id
+    db.session.commit()
+    return req
 
 
 # --- budgets --------------------------------------------------------------------------

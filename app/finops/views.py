@@ -17,6 +17,7 @@ from app.api.views import api_auth, body
 from app.core.costing import format_usd
 from app.errors import Forbidden, ServiceError
 from app.finops import charts, prices, reports, rollups, service
+from app.finops.models import AdjustmentRequest
 
 bp = Blueprint("finops", __name__, url_prefix="/finops")
 api_bp = Blueprint("finops_api", __name__)  # registered under /api/v1
@@ -91,8 +92,11 @@ def cohorts():
 @login_required
 def showback():
     data = reports.showback(current_user, _period(), request.args.get("tenant"))
-    return render_template("finops/showback.html", d=data, filters=_filters(),
-                           tenants=reports.visible_tenants(current_user))
+    tenants = reports.visible_tenants(current_user)
+    return render_template("finops/showback.html", d=data, filters=_filters(), tenants=tenants,
+                           pending=service.pending_adjustments(current_user),
+                           tenant_names={t.id: t.name for t in tenants},
+                           second_person_usd=service.second_person_threshold())
 
 
 @bp.route("/budgets", methods=["GET", "POST"])
@@ -164,9 +168,24 @@ def price_book():
 @bp.route("/adjustments", methods=["POST"])
 @login_required
 def adjustment():
-    service.record_adjustment(current_user, request.form.get("tenant_id"),
-                              request.form.get("amount"), request.form.get("reason", ""))
-    flash("Adjustment recorded as a new ledger row.", "info")
+    done = service.record_adjustment(current_user, request.form.get("tenant_id"),
+                                     request.form.get("amount"), request.form.get("reason", ""))
+    if isinstance(done, AdjustmentRequest):
+        flash(f"Adjustments above {format_usd(service.second_person_threshold())} need a "
+              "second person: it waits for another FinOps user's approval (below).", "info")
+    else:
+        flash("Adjustment recorded as a new ledger row.", "info")
+    return redirect(url_for("finops.showback"))
+
+
+@bp.route("/adjustments/requests/<int:request_id>/<any(approve, reject):decision>",
+          methods=["POST"])
+@login_required
+def adjustment_decision(request_id: int, decision: str):
+    req = service.decide_adjustment(current_user, request_id, decision == "approve",
+                                    request.form.get("comment", ""))
+    flash(f"Adjustment of {format_usd(req.amount_usd)} {req.state}"
+          f"{' and booked' if req.state == 'approved' else ''}.", "info")
     return redirect(url_for("finops.showback"))
 
 
@@ -292,8 +311,25 @@ def api_adjustment():
     data = body()
     row = service.record_adjustment(g.api_user, data.get("tenant_id"), data.get("amount"),
                                     data.get("reason", ""))
+    if isinstance(row, AdjustmentRequest):   # two-person rule: accepted, not booked yet
+        return jsonify({"pending": row.to_dict()}), 202
     return jsonify({"request_id": row.request_id, "tenant_id": row.tenant_id,
                     "amount_usd": str(row.cost_usd), "at": row.at.isoformat()}), 201
+
+
+@api_bp.get("/finops/adjustments/requests")
+@api_auth
+def api_adjustment_requests():
+    return jsonify({"pending": [r.to_dict() for r in service.pending_adjustments(g.api_user)]})
+
+
+@api_bp.route("/finops/adjustments/requests/<int:request_id>/<any(approve, reject):decision>",
+              methods=["POST"])
+@api_auth
+def api_adjustment_decision(request_id: int, decision: str):
+    req = service.decide_adjustment(g.api_user, request_id, decision == "approve",
+                                    str(body().get("comment") or ""))
+    return jsonify(req.to_dict())
 
 
 @api_bp.route("/finops/rollups/rebuild", methods=["POST"])
