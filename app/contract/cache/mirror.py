@@ -202,6 +202,10 @@ class BucketMirror:
                 self._rows += copy.rows - before
                 self._shrink(keep=bucket)
 
+    def forget(self, bucket: str) -> None:
+        """The bucket is gone from Redis: drop its copy."""
+        self._drop(bucket)
+
     def _drop(self, bucket: str) -> None:
         with self._lock:
             old = self._copies.pop(bucket, None)

@@ -216,12 +216,21 @@ class CacheStore:
 
     def _lookup_redis(self, key: CacheKey, embedding: Embedding, threshold: float,
                       exact: bool) -> CacheHit | None:
-        raw = self.redis.get(self._k("x", key.tenant_id, key.exact_hash)) if exact else None
-        if raw is not None:
-            entry = json.loads(raw)
-            return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
-                            entry.get("created", 0.0))
-        if embedding is None:
+        bucket = self._k("b", key.tenant_id, key.composite)
+        known = True
+        if exact:
+            # the exact entry and whether the bucket exists, in one round trip
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(self._k("x", key.tenant_id, key.exact_hash))
+            pipe.exists(f"{bucket}:v")
+            raw, known = pipe.execute()
+            if raw is not None:
+                entry = json.loads(raw)
+                return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
+                                entry.get("created", 0.0))
+        if embedding is None or not known:
+            if not known:
+                self.mirror.forget(bucket)
             return None
         return self._semantic_redis(key, embedding, threshold)
 

@@ -2,8 +2,8 @@
 
 A hit sets ``ctx.cache`` ("exact" | "semantic") and ``ctx.cached_response`` and goes to
 RESPOND (cost 0); a miss goes on to S01 and, once the answer is complete,
-``on_complete`` stores it in the background. The lookups and the store are synchronous,
-so they run in worker threads. The embedding (the one per request, ``ctx.embedding``,
+``on_complete`` queues its write for the process's cache-writer thread (no thread hop per
+answer). The lookups are synchronous, so they run in a worker thread. The embedding (the one per request, ``ctx.embedding``,
 which the router reuses) is made only when it can change the answer: not on an exact hit,
 and not when the key's bucket holds no live entry (then nothing could match by meaning).
 A miss that skipped it is stored with its text instead of a vector: the first later request
@@ -17,7 +17,9 @@ policy's bound, n > 1).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from collections import deque
 from typing import Any
 
 import anyio
@@ -29,6 +31,7 @@ from app.gateway.request_facts import embedding
 
 log = logging.getLogger(__name__)
 SERVED_TTL_S = 8 * 86400  # how long feedback on a served hit can find its entry
+WRITE_QUEUE_MAX = 10_000  # answers waiting for their cache write, at most
 
 
 class GatewayCache:
@@ -39,7 +42,47 @@ class GatewayCache:
         self.config = config
         self._store = None
         self._lock = threading.Lock()
+        self._writes: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        self._dropped: set[str] = set()      # answers refused while their write was queued
+        self._dropped_order: deque[str] = deque()
         configure_from(config)  # how this process embeds (the router's embedding too)
+
+    # ---- background writes: one thread, no hop per answer ---------------------------------
+    def write_later(self, ctx: RequestContext, response: dict) -> bool:
+        """Queue the answer's cache write (False when the queue is full: Redis is not
+        keeping up, and a cache may skip a write)."""
+        if self._writes.qsize() >= WRITE_QUEUE_MAX:
+            return False
+        if self._writer is None:
+            with self._lock:
+                if self._writer is None:
+                    self._writer = threading.Thread(target=self._write_forever,
+                                                    name="cache-writer", daemon=True)
+                    self._writer.start()
+        self._writes.put((ctx, response))
+        return True
+
+    def refuse(self, request_id: str) -> None:
+        """Feedback said this answer failed: if its write is still queued, skip it."""
+        with self._lock:
+            self._dropped.add(request_id)
+            self._dropped_order.append(request_id)
+            while len(self._dropped_order) > WRITE_QUEUE_MAX:
+                self._dropped.discard(self._dropped_order.popleft())
+
+    def _write_forever(self) -> None:
+        while True:
+            item = self._writes.get()
+            if item is None:
+                return
+            ctx, response = item
+            if ctx.request_id in self._dropped:
+                continue
+            try:
+                _store(ctx, self.store, response)
+            except Exception:  # noqa: BLE001 - a cache write never fails anything
+                log.exception("request %s: cache write failed", ctx.request_id)
 
     @property
     def store(self):
@@ -65,6 +108,10 @@ class GatewayCache:
         return Keys(self.config["REDIS_NAMESPACE"]).cache_served(request_id)
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writes.put(None)  # after what is queued
+            self._writer.join(timeout=10)
+            self._writer = None
         if self._store is not None:
             self._store.close()
             self._store.redis.close()
@@ -138,7 +185,8 @@ async def on_complete(ctx: RequestContext, response: dict | None) -> None:
         return
     if not is_cacheable_response(response, schema_valid=ctx.telemetry.get("schema_valid")):
         return
-    await anyio.to_thread.run_sync(_store, ctx, ctx.services.cache.store, response)
+    if not ctx.services.cache.write_later(ctx, response):
+        log.warning("request %s: cache write queue full; answer not cached", ctx.request_id)
 
 
 async def evict_for_feedback(services: GatewayServices, request_id: str) -> bool:
@@ -153,4 +201,5 @@ async def evict_for_feedback(services: GatewayServices, request_id: str) -> bool
     except Exception as exc:  # noqa: BLE001
         log.warning("feedback: served-hit lookup failed: %s", exc)
     target = source.decode() if isinstance(source, bytes) else (source or request_id)
+    cache.refuse(target)  # its write may still be queued here
     return await anyio.to_thread.run_sync(cache.store.evict, target)
