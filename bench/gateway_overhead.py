@@ -14,10 +14,18 @@ snapshot in Redis ($SLUICE_REDIS_URL, a throwaway namespace), and spools its led
 events as in production.
 
 The default request has no ``temperature`` (OpenAI's default, 1.0), so S00 does not
-probe the cache: that is the proxy's own overhead. ``--cacheable`` adds a row
-``sluice+s00``: the same gateway sent ``temperature: 0`` requests that each differ (all
-cache misses), so every request pays S00 in full: one MiniLM embedding on this CPU, the
-exact and semantic lookups, and the background store of the answer.
+probe the cache: that is the proxy's own overhead. ``--cacheable`` adds two rows, the same
+gateway sent ``temperature: 0`` requests that each differ (all cache misses):
+
+- ``sluice+s00``: "Say hello to customer <n>": each names its own entity, so each has a
+  bucket of its own (empty): S00 builds the key, looks up exactly, finds nothing to compare
+  by meaning and stores the answer with its text (no embedding until a later request reaches
+  that bucket). This is extraction/classification traffic keyed by order or customer ids.
+- ``s00-shared``: entity-free questions ("Say hello to the <w1> <w2> <w3> customer.") that
+  all land in one bucket, so every request pays a MiniLM embedding for its semantic lookup
+  (micro-batched across concurrent requests) against a bucket that grows by every answer.
+
+``SLUICE_EMBEDDING_BATCH_MAX=1`` in the environment turns the micro-batcher off, to compare.
 """
 from __future__ import annotations
 
@@ -82,6 +90,22 @@ def _nonce_body(n: int) -> bytes:
         {"role": "user", "content": f"Say hello to customer {n}."}]}).encode()
 
 
+_WORDS = ("red", "blue", "green", "quiet", "loud", "happy", "tired", "young", "old", "tall",
+          "short", "brave", "calm", "eager", "gentle", "kind", "lively", "proud", "silly", "witty",
+          "busy", "clever", "curious", "friendly", "funny", "honest", "jolly", "lucky", "polite",
+          "shy", "smart", "strong", "sweet", "warm", "wise", "bold", "cheerful", "patient",
+          "humble", "careful")
+
+
+def _shared_body(n: int) -> bytes:
+    """A cacheable, entity-free request no earlier one matches; all share one bucket."""
+    k = len(_WORDS)
+    words = " ".join(_WORDS[(n // k ** i) % k] for i in range(3))
+    return json.dumps({"model": "tier-1", "temperature": 0, "max_tokens": 8, "messages": [
+        {"role": "system", "content": "You are a benchmark."},
+        {"role": "user", "content": f"Say hello to the {words} customer."}]}).encode()
+
+
 async def _one_conn(host: str, port: int, make_request, stop_at: float, warm_until: float,
                     lat: list[float], errors: list[int], warm_count: list[int],
                     interval: float = 0.0, first_at: float = 0.0) -> None:
@@ -130,12 +154,13 @@ async def _one_conn(host: str, port: int, make_request, stop_at: float, warm_unt
 async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float,
                    mode: str = "plain", rate: float = 0.0) -> dict:
     host, port = url.split("//")[1].split(":")
-    if mode == "nonce":
+    if mode in ("nonce", "shared"):
         counter = iter(range(10**12))
         base = uuid.uuid4().int % 10**6 * 10**6  # unique across runs of one gateway
+        make_body = _nonce_body if mode == "nonce" else _shared_body
 
         def make_request() -> bytes:
-            return _request(host, port, path, _nonce_body(base + next(counter)))
+            return _request(host, port, path, make_body(base + next(counter)))
     else:
         fixed = _request(host, port, path, BODY)
 
@@ -195,7 +220,11 @@ def snapshot(upstream: str) -> dict:
             "price_cached_input_per_m": "0.015", "price_output_per_m": "0.18",
             "upstream_kind": "external", "pool_id": None, "endpoint_url": upstream + "/v1",
             "api_key_env": "", "timeout_s": 30.0, "enabled": True}
-    return {"version": 1, "tiers": [tier], "pools": {}, "workflows": {},
+    # A frontier tier the bench never calls: tier-1 must not be the top rank, or every
+    # cacheable miss (its answer is parsed) would also be captured as a LoRA trace, the
+    # flywheel's cost rather than the cache's.
+    frontier = {**tier, "id": 3, "name": "tier-3", "rank": 3, "model": "frontier"}
+    return {"version": 1, "tiers": [tier, frontier], "pools": {}, "workflows": {},
             "tenants": {"1": {"id": 1, "name": "bench", "department": "bench",
                               "status": "active", "policy": dict(DEFAULTS)}},
             "keys": {hashlib.sha256(KEY.encode()).hexdigest():
@@ -298,13 +327,21 @@ def main() -> None:
         wait_http(targets["sluice"][0] + "/v1/chat/completions")
         if args.cacheable:
             targets["sluice+s00"] = targets["sluice"]
+            targets["s00-shared"] = targets["sluice"]
             # the embedding model loads in the background at start: wait until a
             # cacheable request is served in embedding time, not loading time
-            for i in range(200):
+            for i in range(200):  # shared-bucket requests: from the second on, they embed
                 t0 = time.perf_counter()
-                wait_http(targets["sluice"][0] + "/v1/chat/completions", body=_nonce_body(i))
-                if time.perf_counter() - t0 < 0.2:
+                wait_http(targets["sluice"][0] + "/v1/chat/completions", body=_shared_body(i))
+                if i and time.perf_counter() - t0 < 0.2:
                     break
+        # the gateway's start-up warm-ups (grammar compiler) run in threads: let them finish,
+        # so the first rows do not share the CPU with them
+        for _ in range(60):
+            cpu0 = tree_cpu_s(procs[1].pid)
+            time.sleep(1.0)
+            if tree_cpu_s(procs[1].pid) - cpu0 < 0.05:
+                break
         litellm_bin = Path(args.litellm) / "bin" / "litellm"
         litellm_note = ""
         if litellm_bin.exists():
@@ -333,7 +370,8 @@ def main() -> None:
                             "'litellm[proxy]')")
         # CPU the proxy itself burns per request: a figure other load on the box cannot skew
         owners = {"direct": procs[0].pid, "sluice": procs[1].pid,
-                  "sluice+s00": procs[1].pid}
+                  "sluice+s00": procs[1].pid, "s00-shared": procs[1].pid}
+        modes = {"sluice+s00": "nonce", "s00-shared": "shared"}
         if "litellm" in targets:
             owners["litellm"] = procs[2].pid
         def measure(rate: float) -> dict[int, dict[str, dict]]:
@@ -343,7 +381,7 @@ def main() -> None:
                 for name, (url, path) in targets.items():
                     cpu0 = tree_cpu_s(owners[name])
                     res = run_load(url, path, conc, args.seconds, args.warm,
-                                   "nonce" if name == "sluice+s00" else "plain", rate)
+                                   modes.get(name, "plain"), rate)
                     total = res["n"] + res.get("warm_n", 0)
                     res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
                     results[conc][name] = res

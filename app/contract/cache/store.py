@@ -27,8 +27,10 @@ Redis fails to answer, lookups and stores skip it for a pause (``breaker_s``, do
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
 import struct
 import time
 import uuid
@@ -111,6 +113,18 @@ class CacheHit:
     response: dict
     request_id: str           # the request whose answer is served
     cached_at: float = 0.0
+
+
+@dataclass
+class StoreItem:
+    """One answer to keep (``CacheStore.store``'s arguments)."""
+    key: CacheKey
+    embedding: np.ndarray | None
+    response: dict
+    request_id: str
+    ttl_s: int
+    workflow: str | None = None
+    vector_later: bool = False
 
 
 @dataclass
@@ -213,6 +227,29 @@ class CacheStore:
         except Exception:
             log.warning("cache lookup failed (Qdrant); treating as a miss", exc_info=True)
             return None
+
+    async def alookup_exact(self, aredis: Any, key: CacheKey) -> tuple[CacheHit | None, bool]:
+        """The first step of ``lookup`` on an asyncio Redis client, for callers on an event
+        loop: (the exact hit, None when there is none; whether the key's bucket exists, i.e.
+        whether a semantic lookup could find anything). Raises when Redis fails (after
+        opening the breaker); the caller then runs ``lookup`` (which falls back to Qdrant)."""
+        bucket = self._k("b", key.tenant_id, key.composite)
+        try:
+            async with aredis.pipeline(transaction=False) as pipe:
+                pipe.get(self._k("x", key.tenant_id, key.exact_hash))
+                pipe.exists(f"{bucket}:v")
+                raw, known = await pipe.execute()
+        except _REDIS_DOWN:
+            self._redis_failed("lookup")
+            raise
+        self._redis_ok()
+        if raw is not None:
+            entry = json.loads(raw)
+            return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
+                            entry.get("created", 0.0)), True
+        if not known:
+            self.mirror.forget(bucket)
+        return None, bool(known)
 
     def _lookup_redis(self, key: CacheKey, embedding: Embedding, threshold: float,
                       exact: bool) -> CacheHit | None:
@@ -320,34 +357,44 @@ class CacheStore:
         ``vector_later``: with no ``embedding``, the semantic entry is kept pending (with its
         text), to be embedded by the first lookup that reaches its bucket; without it, an
         answer stored with no embedding serves exact repeats only."""
-        if ttl_s <= 0:
-            return False
-        if not key.semantic:
-            embedding, vector_later = None, False
+        return self.store_many([StoreItem(key, embedding, response, request_id, ttl_s,
+                                          workflow, vector_later)]) == 1
+
+    def store_many(self, items: list["StoreItem"]) -> int:
+        """``store`` for several answers in one Redis round trip; returns how many Redis took."""
         now = time.time()
-        entry = {"response": response, "request_id": request_id, "created": now,
-                 "workflow": workflow or ""}
-        ok = False
-        if self.redis_available():
+        todo = []
+        for it in items:
+            if it.ttl_s <= 0:
+                continue
+            emb, later = (it.embedding, it.vector_later) if it.key.semantic else (None, False)
+            entry = {"response": it.response, "request_id": it.request_id, "created": now,
+                     "workflow": it.workflow or ""}
+            todo.append((it, emb, later, entry))
+        ok = 0
+        if todo and self.redis_available():
             try:
-                self._store_redis(key, embedding, entry, request_id, ttl_s, workflow, now,
-                                  vector_later)
+                pipe = self.redis.pipeline(transaction=False)
+                for it, emb, later, entry in todo:
+                    self._store_redis(it.key, emb, entry, it.request_id, it.ttl_s, it.workflow,
+                                      now, later, pipe)
+                pipe.execute()
                 self._redis_ok()
-                ok = True
+                ok = len(todo)
             except _REDIS_DOWN:
                 self._redis_failed("store")
             except Exception:
                 log.warning("cache store failed (Redis)", exc_info=True)
-        if embedding is not None:
-            self._store_qdrant(key, embedding, entry, now + ttl_s, workflow)
+        for it, emb, _, entry in todo:
+            if emb is not None:
+                self._store_qdrant(it.key, emb, entry, now + it.ttl_s, it.workflow)
         return ok
 
     def _store_redis(self, key: CacheKey, embedding: np.ndarray | None, entry: dict,
                      request_id: str, ttl_s: int, workflow: str | None, now: float,
-                     vector_later: bool = False) -> None:
+                     vector_later: bool, pipe: Any) -> None:
         xkey = self._k("x", key.tenant_id, key.exact_hash)
         bucket = self._k("b", key.tenant_id, key.composite)
-        pipe = self.redis.pipeline(transaction=False)
         pipe.set(xkey, json.dumps(entry, separators=(",", ":")), ex=ttl_s)
         pipe.set(self._k("r", request_id), json.dumps({"x": xkey, "b": bucket}), ex=ttl_s)
         index_keys = [self._k("t", key.tenant_id)]
@@ -364,8 +411,7 @@ class CacheStore:
                 embedding = _NO_VECTOR
             self._add(keys=[bucket, f"{bucket}:v", f"{bucket}:s", f"{bucket}:e"],
                       args=[request_id, _pack(meta, embedding), now + ttl_s, now, ttl_s,
-                            self.bucket_cap, uuid.uuid4().hex, EXPIRED_SWEEP], client=pipe)
-        pipe.execute()
+                            self.bucket_cap, _generation_token(), EXPIRED_SWEEP], client=pipe)
 
     def _store_qdrant(self, key: CacheKey, embedding: np.ndarray, entry: dict, exp: float,
                       workflow: str | None) -> None:
@@ -474,6 +520,14 @@ class CacheStore:
 
 
 _NO_VECTOR = np.empty(0, dtype=np.float32)
+_GEN_PREFIX = uuid.uuid4().hex[:16]
+_gen_counter = itertools.count()
+
+
+def _generation_token() -> str:
+    """Unique per bucket creation (only the first add of a bucket keeps it): a random
+    per-process prefix and a counter, not a uuid4 (an os.urandom call) per write."""
+    return f"{_GEN_PREFIX}{os.getpid():x}.{next(_gen_counter):x}"
 
 
 def _unlink(pipe: Any, bucket: str, request_id: str) -> None:

@@ -32,6 +32,8 @@ from app.gateway.request_facts import embedding
 log = logging.getLogger(__name__)
 SERVED_TTL_S = 8 * 86400  # how long feedback on a served hit can find its entry
 WRITE_QUEUE_MAX = 10_000  # answers waiting for their cache write, at most
+WRITE_BATCH = 64          # answers the cache writer sends in one Redis round trip
+INLINE_KEY_CHARS = 2_000  # requests up to this much text get their key built on the loop
 
 
 class GatewayCache:
@@ -72,17 +74,24 @@ class GatewayCache:
                 self._dropped.discard(self._dropped_order.popleft())
 
     def _write_forever(self) -> None:
+        """Writes what queued, up to WRITE_BATCH answers a Redis round trip."""
         while True:
-            item = self._writes.get()
-            if item is None:
-                return
-            ctx, response = item
-            if ctx.request_id in self._dropped:
-                continue
+            items = [self._writes.get()]
+            while items[-1] is not None and len(items) < WRITE_BATCH:
+                try:
+                    items.append(self._writes.get_nowait())
+                except queue.Empty:
+                    break
+            stop = items[-1] is None
+            batch = [_store_item(ctx, response) for ctx, response in
+                     (it for it in items if it is not None)
+                     if ctx.request_id not in self._dropped]
             try:
-                _store(ctx, self.store, response)
+                self.store.store_many(batch)
             except Exception:  # noqa: BLE001 - a cache write never fails anything
-                log.exception("request %s: cache write failed", ctx.request_id)
+                log.exception("cache write of %d answers failed", len(batch))
+            if stop:
+                return
 
     @property
     def store(self):
@@ -140,6 +149,39 @@ def _probe(ctx: RequestContext, store):
     return store.lookup(key, lambda: embedding(ctx), threshold)
 
 
+def _short(body: dict) -> bool:
+    """Whether the key is cheap enough to build on the event loop (the entity scan costs
+    ~10 us a character: a long prompt's goes to a worker thread)."""
+    chars = 0
+    for m in body.get("messages") or ():
+        c = m.get("content")
+        chars += len(c) if isinstance(c, str) else INLINE_KEY_CHARS
+        if chars > INLINE_KEY_CHARS:
+            return False
+    return True
+
+
+async def _probe_async(ctx: RequestContext, store):
+    """The probe without a thread hop where it can: a short request's key is built here and
+    the exact entry and the bucket's existence come from the async Redis client in one round
+    trip; only a bucket that exists (something to compare by meaning) goes to a worker
+    thread. Any failure, or an open breaker, takes the thread path (with its Qdrant
+    fallback)."""
+    if not (_short(ctx.body) and store.redis_available()):
+        return await anyio.to_thread.run_sync(_probe, ctx, store)
+    ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
+    try:
+        hit, bucket_exists = await store.alookup_exact(ctx.services.redis, key)
+    except Exception as exc:  # noqa: BLE001 - the sync path decides (breaker, Qdrant)
+        log.debug("request %s: async exact lookup failed: %s", ctx.request_id, exc)
+        return await anyio.to_thread.run_sync(_probe, ctx, store)
+    if hit is not None or not bucket_exists or not key.semantic:
+        return hit
+    threshold = float(ctx.policy["cache_similarity_threshold"])
+    return await anyio.to_thread.run_sync(
+        lambda: store.lookup(key, lambda: embedding(ctx), threshold, exact=False))
+
+
 def _served(response: dict, request_id: str) -> dict:
     return {**response, "id": f"chatcmpl-{request_id}"}
 
@@ -151,7 +193,7 @@ async def run(ctx: RequestContext) -> str:
         return "S01_CASCADE_ROUTE"
     cache = ctx.services.cache
     ctx.collect_stream = True
-    hit = await anyio.to_thread.run_sync(_probe, ctx, cache.store)
+    hit = await _probe_async(ctx, cache.store)
     # whether the probe needed the vector (False: exact hit, or nothing in the bucket)
     ctx.telemetry["cache_probe_embedded"] = ctx.embedding is not None
     if hit is None:
@@ -171,10 +213,11 @@ async def run(ctx: RequestContext) -> str:
     return "RESPOND"
 
 
-def _store(ctx: RequestContext, store, response: dict) -> None:
-    store.store(ctx.cache_key, ctx.embedding, response, ctx.request_id,
-                int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None,
-                vector_later=True)
+def _store_item(ctx: RequestContext, response: dict):
+    from app.contract.cache.store import StoreItem
+    return StoreItem(ctx.cache_key, ctx.embedding, response, ctx.request_id,
+                     int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None,
+                     vector_later=True)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
