@@ -22,8 +22,21 @@ def _h(obj: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+_POLICY_HASHES: dict[int, tuple[Mapping[str, Any], str]] = {}
+
+
 def policy_hash(policy: Mapping[str, Any]) -> str:
-    return _h(dict(policy))[:16]
+    """Remembered per policy object: the gateway's policies are the snapshot's dicts, never
+    changed in place (a new snapshot brings new objects), and hashing one costs as much as a
+    cache lookup. The entry holds the object, so its id cannot be reused while remembered."""
+    known = _POLICY_HASHES.get(id(policy))
+    if known is not None and known[0] is policy:
+        return known[1]
+    digest = _h(dict(policy))[:16]
+    if len(_POLICY_HASHES) >= 4096:
+        _POLICY_HASHES.clear()
+    _POLICY_HASHES[id(policy)] = (policy, digest)
+    return digest
 
 
 def schema_version(schema: Any) -> str:
