@@ -183,8 +183,8 @@ class CacheStore:
             if not client.collection_exists(COLLECTION):
                 client.create_collection(COLLECTION, vectors_config=models.VectorParams(
                     size=384, distance=models.Distance.COSINE))
-                for name in ("composite", "tenant", "workflow", "request_id"):
-                    client.create_payload_index(COLLECTION, name, "keyword")
+            if self.qdrant_url:  # local mode has no payload indexes (it scans)
+                _ensure_indexes(client, models)
             self._qdrant = client
         except Exception:  # a locked local path, a server down: run on Redis alone
             log.warning("semantic cache: Qdrant unavailable, continuing without it", exc_info=True)
@@ -336,12 +336,17 @@ class CacheStore:
         if client is None or embedding is None:
             return None
         from qdrant_client import models
-        flt = models.Filter(must=[models.FieldCondition(key="composite",
-                                                        match=models.MatchValue(value=key.composite))])
+        now = time.time()
+        # Filtered search: the tenant (a tenant-partitioned index on a server), the composite
+        # key (entity signature included) and unexpired, all inside the vector search, so
+        # expired or foreign points never crowd the live candidates out of the top 8.
+        flt = models.Filter(must=[
+            models.FieldCondition(key="tenant", match=models.MatchValue(value=key.tenant_id)),
+            models.FieldCondition(key="composite", match=models.MatchValue(value=key.composite)),
+            models.FieldCondition(key="exp", range=models.Range(gt=now))])
         points = client.query_points(COLLECTION, query=np.asarray(embedding).tolist(),
                                      query_filter=flt, limit=8, with_payload=True,
                                      score_threshold=threshold).points
-        now = time.time()
         for p in points:
             meta = p.payload or {}
             if meta.get("exp", 0) > now and profiles_compatible(
@@ -520,6 +525,16 @@ class CacheStore:
 
 
 _NO_VECTOR = np.empty(0, dtype=np.float32)
+
+
+def _ensure_indexes(client: Any, models: Any) -> None:
+    """The payload indexes a Qdrant server's filtered search uses; creating one that exists
+    is a no-op there, so every process asks (an older collection gains the new ones)."""
+    client.create_payload_index(COLLECTION, "tenant", models.KeywordIndexParams(
+        type=models.KeywordIndexType.KEYWORD, is_tenant=True))
+    for name in ("composite", "workflow", "request_id"):
+        client.create_payload_index(COLLECTION, name, models.PayloadSchemaType.KEYWORD)
+    client.create_payload_index(COLLECTION, "exp", models.PayloadSchemaType.FLOAT)
 _GEN_PREFIX = uuid.uuid4().hex[:16]
 _gen_counter = itertools.count()
 
