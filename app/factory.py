@@ -5,6 +5,7 @@ import logging
 from typing import Any, Mapping
 
 from flask import Flask
+from werkzeug.routing import IntegerConverter
 
 from config import load_config
 
@@ -16,10 +17,21 @@ def create_app(test_config: Mapping[str, Any] | None = None, *, env: str | None 
     app.config.from_mapping(load_config(env, overrides=test_config))
     logging.basicConfig(level=app.config["LOG_LEVEL"])
     register_extensions(app)
+    # every <int:...> in a route is a row id: one past the database's INTEGER is not a row
+    # (a 404 like any missing one, not a database error)
+    app.url_map.converters["int"] = RowIdConverter
     register_blueprints(app)
     register_errorhandlers(app)
     register_commands(app)
     return app
+
+
+class RowIdConverter(IntegerConverter):
+    """``int`` in routes: 0 .. 2**31 - 1 (PostgreSQL INTEGER, what the id columns are)."""
+
+    def __init__(self, url_map, *args, **kwargs):
+        kwargs.setdefault("max", 2**31 - 1)
+        super().__init__(url_map, *args, **kwargs)
 
 
 def _import_models() -> None:
@@ -74,14 +86,15 @@ def register_blueprints(app: Flask) -> None:
     # One scheme for every area: ``app/<area>/views.py`` has the console pages on ``bp``
     # and, when the area has a JSON admin API, its routes on ``api_bp``, mounted under
     # /api/v1. ``app.console.views`` is the home page; ``app.api.views`` has the API's
-    # shared auth and parsing helpers, no routes.
+    # shared auth and parsing helpers, no routes; ``app.api.openapi`` describes the API.
     for name in ("app.console.views", "app.auth.views", "app.tenants.views",
                  "app.catalog.views", "app.policies.views", "app.workflows.views",
                  "app.audit.views", "app.pools.views", "app.drills.views", "app.finops.views",
                  "app.cascade.views", "app.replica_routing.views", "app.cache.views",
-                 "app.adapters.views"):
+                 "app.adapters.views", "app.api.openapi"):
         module = importlib.import_module(name)
-        app.register_blueprint(module.bp)
+        if hasattr(module, "bp"):
+            app.register_blueprint(module.bp)
         if hasattr(module, "api_bp"):
             app.register_blueprint(module.api_bp, url_prefix="/api/v1")
             csrf.exempt(module.api_bp)  # bearer-token API: no cookies, so no CSRF surface

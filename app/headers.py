@@ -1,4 +1,5 @@
-"""Security headers on every console and admin-API response.
+"""Security headers on every console and admin-API response (and a 400 for NUL
+characters in form fields and query values, before any view).
 
 The Content-Security-Policy allows scripts from the console itself (the bundled Plotly
 and static/js) and inline scripts that carry this response's nonce (``csp_nonce()`` in
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 
-from flask import Flask, Response, g
+from flask import Flask, Response, g, request
 
 
 def csp_nonce() -> str:
@@ -39,6 +40,18 @@ def _add_headers(resp: Response) -> Response:
     return resp
 
 
+def _refuse_nul() -> None:
+    """No form field or query value takes a NUL character (PostgreSQL text cannot store
+    one): a 400 before any view, instead of a database error after it."""
+    from werkzeug.exceptions import BadRequest
+    for values in (request.args, request.form if request.mimetype in (
+            "application/x-www-form-urlencoded", "multipart/form-data") else {}):
+        for key, value in values.items(multi=True) if values else ():
+            if "\x00" in key or "\x00" in value:
+                raise BadRequest("form fields and query values may not contain NUL characters")
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["csp_nonce"] = csp_nonce
+    app.before_request(_refuse_nul)
     app.after_request(_add_headers)

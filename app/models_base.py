@@ -1,6 +1,8 @@
 """Shared column helpers for models."""
 from __future__ import annotations
 
+from typing import Any
+
 from datetime import datetime, timezone
 
 from sqlalchemy import DateTime, types
@@ -28,3 +30,25 @@ class UTCDateTime(types.TypeDecorator):
         if value is not None and value.tzinfo is None:
             value = value.replace(tzinfo=timezone.utc)
         return value
+
+
+ROW_ID_MAX = 2**31 - 1   # id columns are INTEGER
+
+
+def row_id(value: Any) -> int | None:
+    """``value`` as a row id (a whole number in 1 .. 2**31 - 1), else None: what a
+    service looks up instead of passing client input to the database, where an id out of
+    the column's range is an error, not a missing row."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.isdigit() or len(value) > 10:
+            return None
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if isinstance(value, float) and value != n:
+        return None
+    return n if 1 <= n <= ROW_ID_MAX else None

@@ -15,6 +15,7 @@ from app.api.views import api_auth, body
 from app.console.assets import plotly_js_response
 from app.errors import NotFound, ServiceError, ValidationError
 from app.extensions import db
+from app.models_base import row_id
 
 bp = Blueprint("adapters", __name__)
 api_bp = Blueprint("adapters_api", __name__)
@@ -86,12 +87,9 @@ def parse_state(raw: str | None) -> str | None:
 
 
 def parse_tenant_id(raw) -> int:
-    try:
-        value = int(raw)
-        if isinstance(raw, bool):
-            raise ValueError
-    except (TypeError, ValueError):
-        raise ValidationError("which tenant?", {"tenant_id": ["a tenant id"]}) from None
+    value = row_id(raw)
+    if value is None:
+        raise ValidationError("which tenant?", {"tenant_id": ["a tenant id"]})
     return value
 
 

@@ -33,12 +33,28 @@ def api_auth(fn):
     return wrapper
 
 
+def _has_nul(value, depth: int = 0) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if depth > 64:
+        return False   # deeper than any field the API reads
+    if isinstance(value, dict):
+        return any(_has_nul(k, depth + 1) or _has_nul(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v, depth + 1) for v in value)
+    return False
+
+
 def body() -> dict:
-    """The request's JSON object, or a 400."""
+    """The request's JSON object, or a 400 (also for text with NUL characters, which no
+    field takes and PostgreSQL text cannot store)."""
     data = request.get_json(silent=True)
     if not isinstance(data, dict):
         raise ServiceError("the request body must be a JSON object",
                            {"body": ["not a JSON object"]})
+    if _has_nul(data):
+        raise ServiceError("text fields may not contain NUL characters",
+                           {"body": ["contains a NUL character"]})
     return data
 
 

@@ -40,7 +40,8 @@ def record(actor, action: str, entity_type: str, entity_id: Any = "", *,
     """Add an audit row to the current session; the caller's commit makes it durable."""
     row = AuditLog(actor_id=getattr(actor, "id", None),
                    actor_email=getattr(actor, "email", None) or "system",
-                   action=action, entity_type=entity_type, entity_id=str(entity_id or ""),
+                   action=action, entity_type=entity_type,
+                   entity_id=str(entity_id or "")[:64],
                    tenant_id=tenant_id, before=_scrub(before), after=_scrub(after))
     db.session.add(row)
     return row

@@ -10,6 +10,7 @@ from app.auth import throttle
 from app.auth.models import ROLES, AdminToken, User
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
+from app.models_base import row_id
 from app.models_base import utcnow
 from app.security import (ADMIN_PREFIX, hash_password, new_token, password_problems,
                           token_hash, verify_password)
@@ -44,9 +45,9 @@ def user_for_session(session_id: str) -> User | None:
     """The user a session cookie names ("<id>.<epoch>"), while that epoch is current: a
     sign-out or a password change bumps it and ends every older session."""
     uid, _, epoch = str(session_id).partition(".")
-    if not uid.isdigit() or not epoch.isdigit():
+    if row_id(uid) is None or not epoch.isdigit():
         return None
-    user = db.session.get(User, int(uid))
+    user = db.session.get(User, row_id(uid))
     return user if user is not None and user.session_epoch == int(epoch) else None
 
 
@@ -87,8 +88,10 @@ def _clean_user(data: dict, *, creating: bool) -> dict:
             errors["role"] = [f"must be one of {', '.join(ROLES)}"]
         clean["role"] = role
     if "tenant_id" in data:
-        tid = data.get("tenant_id")
-        tid = int(tid) if tid not in (None, "", 0, "0") else None
+        raw = data.get("tenant_id")
+        tid = row_id(raw) if raw not in (None, "", 0, "0") else None
+        if raw not in (None, "", 0, "0") and tid is None:
+            errors["tenant_id"] = ["must be a tenant id"]
         if tid is not None and db.session.get(Tenant, tid) is None:
             errors["tenant_id"] = ["no such tenant"]
         clean["tenant_id"] = tid

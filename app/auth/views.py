@@ -212,7 +212,7 @@ def api_tokens_list():
 @api_bp.post("/tokens")
 @api_auth
 def api_token_create():
-    data = request.get_json(silent=True) or {}
+    data = body() if request.get_data() else {}
     row, plaintext = service.create_admin_token(g.api_user, str(data.get("name") or ""))
     return jsonify({**_token(row), "token": plaintext}), 201
 

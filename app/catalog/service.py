@@ -10,6 +10,7 @@ from app.contract.secrets import PROVIDER_KEY_PREFIX, is_provider_key_name
 from app.catalog.models import ENGINES, UPSTREAM_KINDS, Pool, Replica, Tier
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
+from app.models_base import row_id
 from app.snapshot.service import publish_after_commit
 from workers.pools.vllm_cmd import validate_options
 
@@ -99,8 +100,10 @@ def _clean_tier(data: dict, current: Tier | None) -> dict:
     if kind not in UPSTREAM_KINDS:
         errors["upstream_kind"] = [f"must be one of {', '.join(UPSTREAM_KINDS)}"]
     clean["upstream_kind"] = kind
-    pool_id = get("pool_id")
-    pool_id = int(pool_id) if pool_id not in (None, "", 0, "0") else None
+    raw_pool = get("pool_id")
+    pool_id = row_id(raw_pool) if raw_pool not in (None, "", 0, "0") else None
+    if raw_pool not in (None, "", 0, "0") and pool_id is None:
+        errors["pool_id"] = ["must be a pool id"]
     endpoint = str(get("endpoint_url", "") or "").strip()
     key_env = str(get("api_key_env", "") or "").strip()
     if kind == "pool":

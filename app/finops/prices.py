@@ -26,6 +26,7 @@ from app.catalog.models import Pool, Tier
 from app.core import costing, pricing
 from app.errors import Conflict, Forbidden, NotFound, ValidationError
 from app.extensions import db
+from app.models_base import row_id
 from app.finops.models import GpuRate, TierPrice
 
 LEAD_S = 60
@@ -83,10 +84,8 @@ def _effective(errors: dict, raw: Any, earliest: datetime, why: str) -> datetime
 def add_tier_price(user, tier_id: Any, data: dict, *, now: datetime | None = None) -> TierPrice:
     """Schedule a tier's new per-1M prices from ``data["effective_from"]`` on."""
     _check_user(user)
-    try:
-        tier = db.session.get(Tier, int(tier_id))
-    except (TypeError, ValueError):
-        tier = None
+    rid = row_id(tier_id)
+    tier = db.session.get(Tier, rid) if rid is not None else None
     if tier is None:
         raise NotFound("no such tier", {"tier_id": ["unknown tier"]})
     now = now or datetime.now(timezone.utc)

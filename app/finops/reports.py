@@ -55,6 +55,9 @@ class Period:
 def parse_period(period: str | None = None, start: str | None = None,
                  end: str | None = None) -> Period:
     """'YYYY-MM' (default: this month), or start/end dates (YYYY-MM-DD, end inclusive)."""
+    if any(v is not None and not isinstance(v, str) for v in (period, start, end)):
+        raise ValidationError("the period is not valid: use YYYY-MM or start/end dates",
+                              {"period": ["text: YYYY-MM or YYYY-MM-DD"]})
     try:
         if start or end:
             d0 = date.fromisoformat((start or end or "")[:10])
@@ -67,7 +70,7 @@ def parse_period(period: str | None = None, start: str | None = None,
         period = period or current_period()
         s, e = month_range(period)
         return Period(s, e, s.strftime("%B %Y"))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValidationError("the period is not valid: use YYYY-MM or start/end dates",
                               {"period": ["use YYYY-MM or YYYY-MM-DD"]}) from None
 

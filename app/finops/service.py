@@ -21,6 +21,7 @@ from app.contract import budget as rb
 from app.finops import rollups, webhooks
 from app.finops.models import BUDGET_ACTIONS, AdjustmentRequest, Budget, BudgetAlert, Rollup
 from app.ledger.models import LedgerEntry
+from app.models_base import row_id
 from app.redis_client import get_redis, keys
 from app.tenants.models import Tenant
 
@@ -43,10 +44,8 @@ def _decimal(value: Any, field: str) -> Decimal:
 
 
 def _tenant(tenant_id: Any) -> Tenant:
-    try:
-        tenant = db.session.get(Tenant, int(tenant_id))
-    except (TypeError, ValueError):
-        tenant = None
+    rid = row_id(tenant_id)
+    tenant = db.session.get(Tenant, rid) if rid is not None else None
     if tenant is None:
         raise NotFound("no such tenant", {"tenant_id": ["unknown tenant"]})
     return tenant
@@ -130,8 +129,8 @@ def decide_adjustment(user, request_id: Any, approve: bool, comment: str = ""
                       ) -> AdjustmentRequest:
     """The second person's decision on a pending adjustment: approving books it (as the
     ledger row, naming both people), rejecting closes it. The requester cannot decide."""
-    req = db.session.get(AdjustmentRequest, int(request_id)) if str(request_id).isdigit() \
-        else None
+    rid = row_id(request_id)
+    req = db.session.get(AdjustmentRequest, rid) if rid is not None else None
     if req is None:
         raise NotFound("no such adjustment request")
     if user.tenant_id is not None or not user.can("budget.manage", req.tenant_id):

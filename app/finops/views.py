@@ -335,7 +335,7 @@ def api_adjustment_decision(request_id: int, decision: str):
 @api_bp.route("/finops/rollups/rebuild", methods=["POST"])
 @api_auth
 def api_rebuild():
-    data = request.get_json(silent=True) or {}
+    data = body() if request.get_data() else {}
     period = reports.parse_period(data.get("period"), data.get("start"), data.get("end"))
     return jsonify(_json({"period": period, "differences": _rebuild(g.api_user, period)}))
 
