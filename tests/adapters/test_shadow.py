@@ -68,7 +68,7 @@ def _post(w, content: str, **extra) -> httpx.Response:
     return r
 
 
-_VARYING = {"x-sluice-request-id", "date", "content-length"}
+_VARYING = {"x-sluice-request-id", "x-request-id", "date", "content-length"}
 
 
 def _comparable(r: httpx.Response) -> tuple[dict, dict]:

@@ -14,7 +14,7 @@ from app.core.router_features import feature_dim
 from app.cascade import drill
 from app.cascade import evaluation as ev
 from app.cascade.training import uncalibrated
-from tests.gateway.conftest import health, make_world, wait_for
+from tests.gateway.conftest import make_world, publish_and_wait
 
 SYSTEM = "Invoice desk: answer with the invoice fields."
 
@@ -81,10 +81,11 @@ def test_router_trains_from_gateway_traffic_and_client_feedback(
     first = traffic(w, prompts(0), "tier-3")
     # phase 2: frontier-first over, no router published yet -> tier 2, cache off (S01 embeds)
     w.drain_rows(len(first))
-    version = health(w.gateway)["snapshot_version"]
     update_policy(UserFactory(role="admin"), w.tenant.id,
                   {"frontier_first_hours": 0, "cache_enabled": False})
-    wait_for(lambda: health(w.gateway)["snapshot_version"] > version, what="policy reload")
+    # a snapshot published after the policy's commit (the drain's own workflow publish can
+    # land first and satisfy "a newer version" without the policy change)
+    publish_and_wait(w.gateway)
     second = traffic(w, prompts(100), "tier-2")
     # two schema requests without feedback: S05's validation is their only label
     keys = ("supplier_invoice_reference_number", "total_amount_due_in_euros")
