@@ -97,21 +97,28 @@ class BucketCopy:
 
     def candidates(self, query: np.ndarray, threshold: float, now: float,
                    accept: Callable[[EntityProfile], bool]) -> list[tuple[int, float]]:
-        """Rows with cosine >= ``threshold`` whose profile ``accept`` takes, best first."""
-        if not self.rows or self.vecs.shape[1] != len(query):
+        """Rows with cosine >= ``threshold`` whose profile ``accept`` takes, best first.
+
+        Reads the row count before the arrays: a concurrent append (another thread's sync)
+        writes a row and swaps in grown arrays before it raises the count, so the rows read
+        are always whole in the arrays read."""
+        rows = self.rows
+        vecs, exp, metas = self.vecs, self.exp, self.metas
+        if not rows or vecs.shape[1] != len(query):
             return []
         query = np.asarray(query, dtype=np.float32)
-        sims = np.empty(self.rows, dtype=np.float32)
-        for i in range(0, self.rows, SCAN_CHUNK):
-            np.dot(self.vecs[i:min(i + SCAN_CHUNK, self.rows)], query, out=sims[i:i + SCAN_CHUNK])
-        sims[self.exp[:self.rows] <= now] = -np.inf
+        sims = np.empty(rows, dtype=np.float32)
+        for i in range(0, rows, SCAN_CHUNK):
+            np.dot(vecs[i:min(i + SCAN_CHUNK, rows)], query, out=sims[i:min(i + SCAN_CHUNK, rows)])
+        sims[exp[:rows] <= now] = -np.inf
         idx = np.flatnonzero(sims >= threshold)
         idx = idx[np.argsort(-sims[idx], kind="stable")]
-        return [(int(i), float(sims[i])) for i in idx if accept(self.metas[i]["_profile"])]
+        return [(int(i), float(sims[i])) for i in idx if accept(metas[i]["_profile"])]
 
     def has_live(self, now: float) -> bool:
         """Whether any entry is unexpired (and so could answer a lookup)."""
-        return bool(self.rows) and bool((self.exp[:self.rows] > now).any()) \
+        rows, exp = self.rows, self.exp
+        return bool(rows) and bool((exp[:rows] > now).any()) \
             or any(m["exp"] > now for m in list(self.pending.values()))
 
     def live_pending(self, now: float, limit: int) -> list[tuple[str, dict]]:

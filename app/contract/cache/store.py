@@ -231,18 +231,15 @@ class CacheStore:
     async def alookup_exact(self, aredis: Any, key: CacheKey) -> tuple[CacheHit | None, bool]:
         """The first step of ``lookup`` on an asyncio Redis client, for callers on an event
         loop: (the exact hit, None when there is none; whether the key's bucket exists, i.e.
-        whether a semantic lookup could find anything). Raises when Redis fails (after
-        opening the breaker); the caller then runs ``lookup`` (which falls back to Qdrant)."""
+        whether a semantic lookup could find anything). Raises when the call fails; the
+        caller then runs ``lookup``, whose own client decides whether Redis is down (a busy
+        async pool is not an outage: opening the breaker here would send every request to
+        the Qdrant fallback, which embeds)."""
         bucket = self._k("b", key.tenant_id, key.composite)
-        try:
-            async with aredis.pipeline(transaction=False) as pipe:
-                pipe.get(self._k("x", key.tenant_id, key.exact_hash))
-                pipe.exists(f"{bucket}:v")
-                raw, known = await pipe.execute()
-        except _REDIS_DOWN:
-            self._redis_failed("lookup")
-            raise
-        self._redis_ok()
+        async with aredis.pipeline(transaction=False) as pipe:
+            pipe.get(self._k("x", key.tenant_id, key.exact_hash))
+            pipe.exists(f"{bucket}:v")
+            raw, known = await pipe.execute()
         if raw is not None:
             entry = json.loads(raw)
             return CacheHit("exact", 1.0, entry["response"], entry["request_id"],
