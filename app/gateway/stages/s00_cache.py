@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 SERVED_TTL_S = 8 * 86400  # how long feedback on a served hit can find its entry
 WRITE_QUEUE_MAX = 10_000  # answers waiting for their cache write, at most
 WRITE_BATCH = 64          # answers the cache writer sends in one Redis round trip
+CACHE_ASYNC_CONNECTIONS = 64   # the probe's own async Redis pool
 INLINE_KEY_CHARS = 2_000  # requests up to this much text get their key built on the loop
 
 
@@ -44,6 +45,7 @@ class GatewayCache:
         self.config = config
         self._store = None
         self._lock = threading.Lock()
+        self._aredis = None
         self._writes: queue.SimpleQueue = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
         self._dropped: set[str] = set()      # answers refused while their write was queued
@@ -113,10 +115,31 @@ class GatewayCache:
                                              qdrant_path=self.config["QDRANT_PATH"])
         return self._store
 
+    @property
+    def aredis(self):
+        """The probe's own asyncio Redis pool (created on the loop, on first use), so the
+        cache's round trips never take connections the budget and rate limiter need: the
+        gateway's shared async pool refuses past 100 (Too many connections), and a refused
+        budget call fails open. A blocking pool waits briefly for a free connection."""
+        if self._aredis is None:
+            import redis.asyncio as aioredis
+            pool = aioredis.BlockingConnectionPool.from_url(
+                self.config["REDIS_URL"], max_connections=CACHE_ASYNC_CONNECTIONS, timeout=1.0,
+                socket_timeout=1.0, socket_connect_timeout=1.0)
+            self._aredis = aioredis.Redis(connection_pool=pool)
+        return self._aredis
+
     def served_key(self, request_id: str) -> str:
         return Keys(self.config["REDIS_NAMESPACE"]).cache_served(request_id)
 
     def close(self) -> None:
+        if self._aredis is not None:
+            import asyncio
+            client, self._aredis = self._aredis, None
+            try:  # called from the gateway's async stop: close on its loop
+                asyncio.get_running_loop().create_task(client.aclose(close_connection_pool=True))
+            except RuntimeError:
+                pass  # no loop: the process is ending, and its sockets with it
         if self._writer is not None:
             self._writes.put(None)  # after what is queued
             self._writer.join(timeout=10)
@@ -171,7 +194,7 @@ async def _probe_async(ctx: RequestContext, store):
         return await anyio.to_thread.run_sync(_probe, ctx, store)
     ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
     try:
-        hit, bucket_exists = await store.alookup_exact(ctx.services.redis, key)
+        hit, bucket_exists = await store.alookup_exact(ctx.services.cache.aredis, key)
     except Exception as exc:  # noqa: BLE001 - the sync path decides (breaker, Qdrant)
         log.debug("request %s: async exact lookup failed: %s", ctx.request_id, exc)
         return await anyio.to_thread.run_sync(_probe, ctx, store)
