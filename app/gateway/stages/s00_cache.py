@@ -229,7 +229,7 @@ async def run(ctx: RequestContext) -> str:
     if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
         return "RESPOND"
     try:
-        await ctx.services.redis.set(cache.served_key(ctx.request_id), hit.request_id,
+        await cache.aredis.set(cache.served_key(ctx.request_id), hit.request_id,
                                ex=SERVED_TTL_S)
     except Exception as exc:  # noqa: BLE001 - feedback on this hit then cannot evict it
         log.warning("request %s: could not record the served hit: %s", ctx.request_id, exc)
