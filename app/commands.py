@@ -119,6 +119,26 @@ def start_pools_command() -> None:
                    f"on pool.{pool.node}")
 
 
+@sluice_cli.command("stop-engines")
+@click.option("--node", default=None, help="Node name (default: $SLUICE_NODE or local)")
+def stop_engines_command(node: str | None) -> None:
+    """Stop every engine process this node started, directly (not through the worker's
+    queue: ``run.sh`` calls it on exit, after stopping the worker, so nothing restarts
+    them and no engine outlives the system that started it)."""
+    import os
+
+    from app.catalog.models import Pool, Replica
+    from workers.pools import driver
+    node = node or os.environ.get("SLUICE_NODE", "local")
+    stopped = 0
+    for replica in db.session.scalars(db.select(Replica).join(Pool).where(
+            Pool.node == node).order_by(Replica.id)):
+        if replica.pid or replica.state not in ("stopped", "down"):
+            driver.stop_replica(replica.id)
+            stopped += 1
+    click.echo(f"node {node}: {stopped} engine replica(s) stopped")
+
+
 @sluice_cli.command("unlock")
 @click.argument("ident")
 @click.option("--address", is_flag=True, help="IDENT is a client address, not an email")

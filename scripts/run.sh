@@ -10,7 +10,16 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export SLUICE_REDIS_URL="${SLUICE_REDIS_URL:-redis://127.0.0.1:6379/0}"
 mkdir -p var/log
 pids=()
-cleanup() { trap - EXIT INT TERM; for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+worker_pid=""
+cleanup() {
+  trap - EXIT INT TERM
+  # the worker first (its supervisor would restart engines), then the engines it started
+  # (detached on purpose, so a worker restart does not stop serving), then the rest
+  if [ -n "$worker_pid" ]; then kill "$worker_pid" 2>/dev/null || true; wait "$worker_pid" 2>/dev/null || true; fi
+  .venv/bin/flask --app wsgi sluice stop-engines 2>/dev/null || true
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
 trap cleanup EXIT INT TERM
 
 if ! .venv/bin/python -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null; then
@@ -27,6 +36,7 @@ fi
 .venv/bin/flask --app wsgi sluice init
 .venv/bin/celery -A workers.celery_app worker -B --schedule var/celerybeat-schedule -Q "default,pool.${SLUICE_NODE:-local}" \
   --concurrency 2 --loglevel INFO >var/log/worker.log 2>&1 &
+worker_pid=$!
 pids+=($!)
 .venv/bin/flask --app wsgi sluice start-pools
 # Tier 3 is an external OpenAI-compatible frontier API; on embedded defaults a reference
