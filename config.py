@@ -41,6 +41,7 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_EMBEDDING_TIMEOUT_S": ("EMBEDDING_TIMEOUT_S", float),
     "SLUICE_CACHE_SALT_SECRET": ("CACHE_SALT_SECRET", str),
     "SLUICE_LOG_LEVEL": ("LOG_LEVEL", str),
+    "SLUICE_VERBOSE": ("VERBOSE", lambda v: v.lower() in {"1", "true", "yes", "on"}),
     "SLUICE_POOLS_VAR_DIR": ("POOLS_VAR_DIR", str),
     "SLUICE_POOLS_BIND_HOST": ("POOLS_BIND_HOST", str),
     "SLUICE_POOLS_ADVERTISE_HOST": ("POOLS_ADVERTISE_HOST", str),
@@ -120,6 +121,7 @@ class Config:
     WORKFLOWS_PER_TENANT_MAX = 500
     SNAPSHOT_PUBLISH = True         # False: changes do not publish a snapshot (tests)
     LOG_LEVEL = "INFO"
+    VERBOSE = False   # alembic INFO lines on other CLI calls (the db commands always print theirs)
     CELERY: dict[str, Any] = {}     # overrides of app.celery_binding's settings
     TESTING = False
     # S01 router training (app.cascade): labels needed, held-out share and size, quality

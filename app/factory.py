@@ -16,6 +16,11 @@ def create_app(test_config: Mapping[str, Any] | None = None, *, env: str | None 
     app = Flask("app", template_folder="../templates", static_folder="../static")
     app.config.from_mapping(load_config(env, overrides=test_config))
     logging.basicConfig(level=app.config["LOG_LEVEL"])
+    if logging.getLevelName(str(app.config["LOG_LEVEL"]).upper()) > logging.DEBUG \
+            and not app.config.get("VERBOSE"):
+        # alembic's INFO lines (a screen of them on every CLI call) only when asked for:
+        # SLUICE_VERBOSE=1 or SLUICE_LOG_LEVEL=DEBUG
+        logging.getLogger("alembic").setLevel(logging.WARNING)
     register_extensions(app)
     # every <int:...> in a route is a row id: one past the database's INTEGER is not a row
     # (a 404 like any missing one, not a database error)
@@ -119,3 +124,33 @@ def register_commands(app: Flask) -> None:
         module = importlib.import_module(name)
         for group in getattr(module, "groups", lambda: [])():
             app.cli.add_command(group)
+    for command in app.cli.commands.values():
+        _explain_unmigrated(command)
+
+
+_UNMIGRATED = ("no such table", "does not exist")
+
+
+def _explain_unmigrated(command) -> None:
+    """A command run on a database that was never migrated says so, and what to run,
+    instead of printing SQLAlchemy's traceback."""
+    import click
+    import sqlalchemy.exc as sa_exc
+    for sub in getattr(command, "commands", {}).values():
+        _explain_unmigrated(sub)
+    callback = command.callback
+    if callback is None or getattr(callback, "_explains_unmigrated", False):
+        return
+
+    def wrapped(*args, **kwargs):
+        try:
+            return callback(*args, **kwargs)
+        except (sa_exc.OperationalError, sa_exc.ProgrammingError) as exc:
+            if not any(m in str(exc.orig).lower() for m in _UNMIGRATED):
+                raise
+            raise click.ClickException(
+                f"the database has no Sluice tables yet ({str(exc.orig).splitlines()[0]}): "
+                "run `flask --app wsgi db upgrade` first") from None
+    wrapped._explains_unmigrated = True
+    wrapped.__wrapped__ = callback
+    command.callback = wrapped
