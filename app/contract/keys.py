@@ -27,6 +27,11 @@ class Keys:
     def snapshot_data(self) -> str:
         return self.k("snapshot", "data")
 
+    def snapshot_seq(self) -> str:
+        """Versions handed out to builds (INCR before the build reads the database);
+        ``snapshot_version`` is the one stored, which only ever moves forward."""
+        return self.k("snapshot", "seq")
+
     def snapshot_changed(self) -> str:
         """Pub/sub channel announcing a new snapshot version."""
         return self.k("snapshot", "changed")

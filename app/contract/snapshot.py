@@ -1,7 +1,8 @@
 """The config snapshot: everything the data path needs from the control plane, typed.
 
 The control plane builds a ``SnapshotData`` from SQL (``app.snapshot.service``), writes
-``to_json()`` under ``Keys.snapshot_data()`` and bumps ``Keys.snapshot_version()``.
+``to_json()`` under ``Keys.snapshot_data()`` and moves ``Keys.snapshot_version()`` to its
+version, only forward (compare-and-set: an older build never replaces a newer one).
 Gateways poll the version (one GET), load the JSON only when it moved
 (``SnapshotStore``) and index it once per version (``Snapshot``); the hot path only reads
 ``store.current``. Both sides go through the same dataclasses, so a field added on one

@@ -62,19 +62,49 @@ def build_snapshot() -> dict[str, Any]:
                         adapters=snapshot_entries()).to_json()
 
 
+# Store the build only if it is newer than the stored one (compare-and-set): KEYS data,
+# version, channel; ARGV version, data. Returns the version now stored.
+_CAS = """
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
+local mine = tonumber(ARGV[1])
+if mine <= stored then return stored end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('PUBLISH', KEYS[3], ARGV[1])
+return mine
+"""
+
+
 def publish() -> int:
-    """Build the snapshot and store it in Redis; returns the new version."""
+    """Build the snapshot and store it in Redis; returns the version stored after it.
+
+    The version is taken before the build reads the database, and the build is stored
+    only if no newer one is (compare-and-set): of two publishes that race, the one that
+    read later wins whatever order they finish in, so a key revoked between them can never
+    come back with the older build."""
+    version = next_version()
+    return store(version, build_snapshot())
+
+
+def next_version() -> int:
+    """A version for a build about to read the database (before it reads)."""
     from app.redis_client import get_redis, keys
-    snap = build_snapshot()
-    r = get_redis()
-    k = keys()
-    version = r.incr(k.snapshot_version())
+    r, k = get_redis(), keys()
+    seq = r.incr(k.snapshot_seq())
+    stored = int(r.get(k.snapshot_version()) or 0)
+    if seq <= stored:   # stored by an older release that bumped the version directly
+        seq = r.incrby(k.snapshot_seq(), stored - seq + 1)
+    return int(seq)
+
+
+def store(version: int, snap: dict) -> int:
+    """Store ``snap`` as ``version`` unless a newer build is stored; returns the version
+    stored after the call (``version`` when this build won)."""
+    from app.redis_client import get_redis, keys
+    r, k = get_redis(), keys()
     snap["version"] = version
-    pipe = r.pipeline()
-    pipe.set(k.snapshot_data(), json.dumps(snap, separators=(",", ":")))
-    pipe.publish(k.snapshot_changed(), version)
-    pipe.execute()
-    return version
+    return int(r.eval(_CAS, 3, k.snapshot_data(), k.snapshot_version(), k.snapshot_changed(),
+                      version, json.dumps(snap, separators=(",", ":"))))
 
 
 def publish_after_commit() -> int | None:

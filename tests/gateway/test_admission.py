@@ -85,3 +85,28 @@ def test_metrics_and_health(world):
     assert 'sluice_gateway_tokens_total{kind="out",tier="tier-1"}' in text
     h = httpx.get(world.gateway.url + "/healthz").json()
     assert h["ok"] and h["redis"] and h["snapshot_version"] >= 1
+
+
+def test_racing_publishes_never_bring_a_revoked_key_back(world):
+    """A build that read the database before a revocation and finishes after the build
+    that read it after: the older one is not stored, and the gateway refuses the key."""
+    from app.snapshot import service as snapshots
+    from tests.factories import make_key
+    key, plain = make_key(world.tenant, name="racing")
+    db.session.commit()
+    publish_and_wait(world.gateway)
+    world.client(api_key=plain).chat.completions.create(model="tier-1", messages=MSGS)
+    slow_version = snapshots.next_version()          # build A: its version, then its read
+    stale = snapshots.build_snapshot()               # ... sees the key
+    key.revoked_at = utcnow()
+    db.session.commit()
+    fresh = snapshots.publish()                      # build B: reads after the revocation
+    assert fresh > slow_version
+    assert snapshots.store(slow_version, stale) == fresh   # A lands last: not stored
+    from app.redis_client import get_redis, keys
+    import json
+    stored = json.loads(get_redis().get(keys().snapshot_data()))
+    assert stored["version"] == fresh and key.key_hash not in stored["keys"]
+    publish_and_wait(world.gateway)
+    with pytest.raises(openai.AuthenticationError):
+        world.client(api_key=plain).chat.completions.create(model="tier-1", messages=MSGS)
