@@ -164,7 +164,7 @@ def latency(size: int, probes: int) -> None:
             store.store(key, vec, {"choices": [{"index": 0, "finish_reason": "stop", "message": {
                 "role": "assistant", "content": f"answer {i}"}}]}, f"r{i}", 3600)
         fill = time.perf_counter() - t0
-        exact, semantic, miss = [], [], []
+        exact, semantic, miss, lookup_only = [], [], [], []
         embed("warm up")
         for i in range(real_n):
             t = time.perf_counter()
@@ -177,6 +177,12 @@ def latency(size: int, probes: int) -> None:
             hit = store.lookup(key, embed(key.text), TH)
             semantic.append(time.perf_counter() - t)
             semantic_ok = hit is not None and hit.kind == "semantic"
+            vec = embed(key.text)  # the request's one vector, made before (shared with S01)
+            t = time.perf_counter()
+            key = build_key("bench", policy, "auto", body(para))
+            hit = store.lookup(key, vec, TH)
+            lookup_only.append(time.perf_counter() - t)
+            semantic_ok = semantic_ok and hit is not None and hit.kind == "semantic"
             other = f"What is the warranty policy for SKU-{i + size} in Oregon?"
             t = time.perf_counter()
             key = build_key("bench", policy, "auto", body(other))
@@ -186,6 +192,7 @@ def latency(size: int, probes: int) -> None:
         print(f"\n== latency at {size} cached entries (fill {fill:.1f} s, {real_n} probes each)")
         print(f"exact hit (key + Redis GET, no embedding): {pct(exact)}")
         print(f"semantic hit (embedding + key + bucket):  {pct(semantic)}   ({semantic_ok=} on the last)")
+        print(f"semantic hit, lookup only (key + bucket): {pct(lookup_only)}   (the vector made beforehand)")
         print(f"miss (embedding + key + bucket):          {pct(miss)}")
         emb = []
         for i in range(min(100, real_n)):
@@ -193,10 +200,43 @@ def latency(size: int, probes: int) -> None:
             embed(texts[i] + " ?")
             emb.append(time.perf_counter() - t)
         print(f"embedding alone:                           {pct(emb)}")
+        print(f"embedding, 32 concurrent requests:         {batched_embedding(texts[:32])}")
     finally:
         keys = list(client.scan_iter(match=f"{ns}:*", count=5000))
         for j in range(0, len(keys), 1000):
             client.delete(*keys[j:j + 1000])
+
+
+def batched_embedding(texts: list[str], rounds: int = 20) -> str:
+    """32 threads embed one text each at once (a gateway at 32 connections): the wall time of
+    a round, per text, through the micro-batcher and with each text its own encoder call."""
+    import threading
+    from app.contract.cache.embedding import get_batcher
+
+    def round_(fn) -> float:
+        start = threading.Barrier(len(texts) + 1)
+        threads = [threading.Thread(target=lambda t=t: (start.wait(), fn(t))) for t in texts]
+        for th in threads:
+            th.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for th in threads:
+            th.join()
+        return time.perf_counter() - t0
+
+    def per_text(fn) -> float:
+        walls = sorted(round_(fn) for _ in range(rounds))
+        return walls[len(walls) // 2] / len(texts) * 1000
+
+    batcher = get_batcher()
+    if batcher is None:
+        return "batcher off (EMBEDDING_BATCH_MAX 1)"
+    before = len(batcher.stats.sizes)
+    batched = per_text(embed)
+    sizes = batcher.stats.sizes[before:]
+    alone = per_text(lambda t: embed_many([t]))
+    return (f"{batched:.2f} ms/text batched (mean batch {sum(sizes) / max(1, len(sizes)):.1f}) "
+            f"vs {alone:.2f} ms/text one call each: x{alone / batched:.2f}")
 
 
 CROWD_WORDS = ("""quick simple short clear formal friendly polite detailed careful gentle brief
