@@ -124,3 +124,12 @@ def test_finops_pages_say_as_of_when_and_refresh_back_to_themselves(client, as_r
     assert resp.headers["Location"].endswith("/finops/cohorts?period=2026-12")
     after = client.get("/finops/cohorts?period=2026-12").get_data(as_text=True)
     assert "data as of 20" in after and "no rollup yet" not in after
+
+
+def test_the_overview_links_only_to_pages_the_user_may_open(client, as_role):
+    as_role("viewer")
+    html = client.get("/").get_data(as_text=True)
+    hrefs = {h.split('"', 1)[0] for h in html.split('href="')[1:]}
+    for href in hrefs:
+        if href.startswith("/") and not href.startswith(("/static/", "/favicon")):
+            assert client.get(href).status_code in (200, 302), href
