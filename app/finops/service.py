@@ -178,6 +178,16 @@ def save_budget(user, tenant_id: Any, monthly_limit_usd: Any, action: str,
     if errors:
         raise ValidationError("the budget is not valid", errors)
     row = db.session.scalar(sa.select(Budget).where(Budget.tenant_id == tenant.id))
+    if row is not None and user.tenant_id is not None:
+        # a budget is a central ceiling: the tenant's own finops may tighten it, not lift it
+        loosened = {}
+        if limit > row.monthly_limit_usd:
+            loosened["monthly_limit_usd"] = [
+                f"central bound: at most {costing.format_usd(row.monthly_limit_usd)}"]
+        if row.action == "hard_stop" and action != "hard_stop":
+            loosened["action"] = ["central bound: a hard stop stays a hard stop"]
+        if loosened:
+            raise Forbidden("a tenant may tighten its budget, never lift it", loosened)
     before = _budget_dict(row) if row else None
     if row is None:
         row = Budget(tenant_id=tenant.id)
@@ -195,6 +205,8 @@ def delete_budget(user, tenant_id: Any) -> None:
     tenant = _tenant(tenant_id)
     if not user.can("budget.manage", tenant.id):
         raise Forbidden("you may not remove this tenant's budget")
+    if user.tenant_id is not None:
+        raise Forbidden("a budget is a central ceiling: only central FinOps removes it")
     row = db.session.scalar(sa.select(Budget).where(Budget.tenant_id == tenant.id))
     if row is None:
         raise NotFound("this tenant has no budget")
@@ -228,7 +240,8 @@ def list_budgets(user, period: str | None = None) -> list[dict[str, Any]]:
                     "refusing": st["refused_micro"] is not None,
                     "used_pct": float(spent / row.monthly_limit_usd * 100)
                     if row.monthly_limit_usd else 0.0,
-                    "can_manage": user.can("budget.manage", tenant.id)})
+                    "can_manage": user.can("budget.manage", tenant.id),
+                    "can_remove": user.tenant_id is None and user.can("budget.manage")})
     return out
 
 

@@ -114,3 +114,20 @@ def test_status_and_adjustments_are_central(app):
     update_tenant(UserFactory(role="ops", tenant=tenant), tenant.id, {"department": "Sales"})
     assert update_tenant(UserFactory(role="ops"), tenant.id, {"status": "active"}).status \
         == "active"
+
+
+def test_a_tenants_own_finops_may_tighten_its_budget_never_lift_it(app):
+    tenant = TenantFactory()
+    central, lead = UserFactory(role="finops"), UserFactory(role="finops", tenant=tenant)
+    finops.save_budget(central, tenant.id, "50", "hard_stop")
+    for limit, action in (("80", "hard_stop"), ("50", "alert")):
+        with pytest.raises(Forbidden) as exc:
+            finops.save_budget(lead, tenant.id, limit, action)
+        assert set(exc.value.errors) <= {"monthly_limit_usd", "action"} and exc.value.errors
+    with pytest.raises(Forbidden):
+        finops.delete_budget(lead, tenant.id)
+    finops.save_budget(lead, tenant.id, "20", "hard_stop")          # tighter: fine
+    (b,) = finops.list_budgets(central)
+    assert b["monthly_limit_usd"] == 20 and b["action"] == "hard_stop"
+    finops.delete_budget(central, tenant.id)                        # central: may
+    assert finops.list_budgets(central) == []
