@@ -494,6 +494,8 @@ class World:
             ns = self.app.config["REDIS_NAMESPACE"]
             redis = {}
             for key in sorted(r.scan_iter(f"{ns}:*", count=1000)):
+                if _DATA_PLANE.match(key.decode()[len(ns) + 1:]):
+                    continue
                 kind = r.type(key).decode()
                 value = {"string": r.get, "list": lambda k: r.lrange(k, 0, -1),
                          "hash": r.hgetall, "set": lambda k: sorted(r.smembers(k)),
@@ -501,6 +503,14 @@ class World:
                          }.get(kind, lambda k: None)(key)
                 redis[key] = repr(value)
         return {"rows": rows, "redis": redis}
+
+
+# Keys the data plane writes (the session's shared gateway, engines and workers serving
+# other tests' traffic beside this one): in-flight counters, template-lint counts, the
+# ledger / feedback / trace streams, request owners, rate limits, S00 cache entries,
+# replica stats. No console or API call writes them, and they move on their own.
+_DATA_PLANE = re.compile(r"^(load\d*:|lint:|ledger:|feedback:|req:|ratelimit:|cache:|"
+                         r"adapters:traces|replica:|gateway:)")
 
 
 def _changes(before: dict, after: dict) -> list[str]:
