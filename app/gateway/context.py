@@ -112,10 +112,8 @@ class RequestContext:
         """Book the current attempt's usage as a discarded attempt (a schema retry, an
         escalation): the ledger pays for it on top of the answer served."""
         from app.core.pricing import tier_cost
-        usage = self.usage or {}
-        details = usage.get("prompt_tokens_details") or {}
-        p, c = int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0)
-        o = int(usage.get("completion_tokens") or 0)
+        from app.gateway.telemetry import usage_tokens
+        p, c, o = usage_tokens(self.usage)
         self.attempts.append({"tier": (self.tier or {}).get("name"), "reason": reason,
                               "replica": (self.replica or {}).get("name"),
                               "adapter": self.adapter,

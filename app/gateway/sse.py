@@ -1,8 +1,9 @@
 """Server-sent events exactly as OpenAI sends them: ``data: {json}\\n\\n`` ... ``data: [DONE]``.
 
-The relay passes upstream events through whole, reading only what the ledger needs
-(the usage chunk, found by a byte search before any JSON parse). A failure after the
-first byte ends the stream with an error event and ``[DONE]``, never a silent cut.
+The relay reads each upstream event as JSON (orjson, microseconds) and passes the
+engine's bytes on unchanged; an event it cannot read (not a UTF-8 JSON object) is never
+passed on: it ends the stream with an ``upstream_malformed`` error event. A failure after
+the first byte ends the stream with an error event and ``[DONE]``, never a silent cut.
 """
 from __future__ import annotations
 
@@ -54,6 +55,20 @@ def _run_hooks(ctx: RequestContext, hooks: list, data: dict) -> dict | None:
     return data
 
 
+class MalformedStream(Exception):
+    """An upstream event that is not a JSON object in UTF-8 (the relay ends the stream)."""
+
+
+def _chunk(payload: bytes) -> dict | None:
+    """The event's JSON object, or None when it is not one (bad UTF-8, bad JSON, not an
+    object): the relay never passes bytes on that it could not read."""
+    try:
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                 ) -> AsyncIterator[bytes]:
     """Stream the open upstream response in ``ctx`` to the client, then call ``on_done``."""
@@ -67,16 +82,14 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
     it = resp.sluice_iter
     hooks = list(ctx.stream_hooks)
     finished = False
-    relayed: list[bytes | dict] = []   # what the client got, as the engine wrote it
+    relayed: list[dict] = []   # the chunks the client got, as the engine wrote them
 
     def count_usage() -> None:
         """No usage chunk came (the stream ended early): book what was relayed."""
         if "completion_tokens" in (ctx.usage or {}) or not relayed or not ctx.tier:
             return
         try:
-            events = [orjson.loads(e[e.index(b"{"):]) if isinstance(e, bytes) else e
-                      for e in relayed]
-            ctx.usage = counted_usage(ctx, events)
+            ctx.usage = counted_usage(ctx, relayed)
             ctx.telemetry["usage_source"] = "counted"
         except Exception:  # noqa: BLE001 - the booking itself must still happen
             log.exception("request %s: counting the relayed usage failed", ctx.request_id)
@@ -109,17 +122,25 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                 *events, buf = buf.split(b"\n\n")
                 out = []
                 for ev in events:
-                    if not ev:
-                        continue
-                    if ev.startswith(b"data: [DONE]") or ev.startswith(b"data:[DONE]"):
+                    if not ev or not ev.startswith(b"data:"):
+                        continue   # blank, SSE comments and other fields: nothing to relay
+                    payload = ev[5:].strip()
+                    if payload == b"[DONE]":
                         saw_done = True
                         continue
-                    if hooks and ev.startswith(b"data:") and not ev.startswith(b'data: {"error"'):
-                        data = orjson.loads(ev[ev.index(b"{"):])
-                        if data.get("usage"):
-                            ctx.usage = data["usage"]
-                            if not want_usage and not data.get("choices"):
-                                continue
+                    data = _chunk(payload)
+                    if data is None:
+                        raise MalformedStream(payload[:80])
+                    usage = data.get("usage")
+                    if isinstance(usage, dict) and usage:
+                        ctx.usage = usage
+                        if not want_usage and not data.get("choices"):
+                            continue
+                    if "error" in data:
+                        ctx.status, ctx.error = 502, "upstream_stream_error"
+                        out.append(event(data))
+                        continue
+                    if hooks:
                         relayed.append(data)
                         data = _run_hooks(ctx, hooks, data)
                         if data is None:
@@ -128,18 +149,10 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
                             collect.append(data)
                         out.append(event(data))
                         continue
-                    if b'"usage":{' in ev or b'"usage": {' in ev:
-                        data = orjson.loads(ev[ev.index(b"{"):])
-                        ctx.usage = data.get("usage") or ctx.usage
-                        if not want_usage and not data.get("choices"):
-                            continue
-                    if ev.startswith(b'data: {"error"'):
-                        ctx.status, ctx.error = 502, "upstream_stream_error"
-                    elif ev.startswith(b"data:"):
-                        relayed.append(ev)
-                        if collect is not None:
-                            collect.append(orjson.loads(ev[ev.index(b"{"):]))
-                    out.append(ev + b"\n\n")
+                    relayed.append(data)
+                    if collect is not None:
+                        collect.append(data)
+                    out.append(b"data: " + payload + b"\n\n")
                 if out:
                     yield b"".join(out)
             try:
@@ -150,6 +163,14 @@ async def relay(ctx: RequestContext, on_done: Callable[[RequestContext], None]
             failed = True
             ctx.status, ctx.error = 502, "upstream_truncated"
             yield error_event("The upstream ended the stream early.", "upstream_truncated")
+        finish()
+        yield DONE
+    except MalformedStream as exc:
+        failed = True
+        ctx.status, ctx.error = 502, "upstream_malformed"
+        log.warning("request %s: upstream sent a malformed stream event: %r", ctx.request_id,
+                    exc.args[0])
+        yield error_event("The upstream sent a malformed stream.", "upstream_malformed")
         finish()
         yield DONE
     except (http1.HTTPClientError, OSError) as exc:

@@ -92,12 +92,24 @@ class GatewayMetrics:
         self.upstream_failures.labels(tier, kind).inc()
 
 
+def _count(value) -> int:
+    """A token count as the upstream reported it, or 0 when it is not one (a negative, a
+    string, a float that is not whole: a misbehaving upstream never breaks the booking)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0
+    if isinstance(value, float) and not value.is_integer():
+        return 0
+    return max(int(value), 0)
+
+
 def usage_tokens(usage: dict | None) -> tuple[int, int, int]:
-    """(prompt, cached, completion) from an OpenAI usage object."""
-    usage = usage or {}
-    details = usage.get("prompt_tokens_details") or {}
-    return (int(usage.get("prompt_tokens") or 0), int(details.get("cached_tokens") or 0),
-            int(usage.get("completion_tokens") or 0))
+    """(prompt, cached, completion) from an OpenAI usage object; cached never above prompt."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    prompt = _count(usage.get("prompt_tokens"))
+    return (prompt, min(_count(details.get("cached_tokens")), prompt),
+            _count(usage.get("completion_tokens")))
 
 
 def _escalation(ctx: RequestContext) -> bool | str:

@@ -3,7 +3,8 @@ streaming with usage, logprobs, and directives in the last user message:
 
 ``[[status:503]]`` answer that status; ``[[delay:200]]`` wait ms before answering;
 ``[[chunk-delay:50]]`` wait ms between stream chunks; ``[[drop-after:2]]`` send two
-content chunks then cut the connection.
+content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
+(seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...).
 
 A fake named ``unsure...`` is a low-confidence model: its answers start ``Unsure:`` and
 its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95). A fake
@@ -116,6 +117,27 @@ def create_fake(name: str = "fake") -> Starlette:
             if include_usage:
                 obj.setdefault("usage", None)
             return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+        async def garbage(seed: int):
+            import random
+            rng = random.Random(seed)
+            pieces = [b"data: {not json}\n\n", b"data: \xff\xfe\xfd\n\n", b"data:\n\n",
+                      b": comment\n\n", b"event: weird\ndata: {}\n\n", b"data: []\n\n",
+                      b"data: {\"choices\": 7}\n\n", b"data: {\"choices\": [{}]}\n\n",
+                      b"data: {\"choices\": [{\"delta\": {\"content\": 5}}]}\n\n",
+                      b"data: " + b"[" * 5000 + b"\n\n", b"\r\n\r\n", b"data: null\n\n",
+                      b"data: {\"usage\": {\"completion_tokens\": -3}}\n\n",
+                      b"data: {\"usage\": \"lots\"}\n\n", bytes(rng.randrange(256)
+                                                                 for _ in range(64))]
+            yield chunk({"role": "assistant", "content": ""})
+            for _ in range(rng.randrange(1, 12)):
+                yield rng.choice(pieces)
+            if rng.random() < 0.5:
+                yield b"data: [DONE]\n\n"
+
+        if ctl.get("garbage") and body.get("stream"):
+            return StreamingResponse(garbage(ctl["garbage"]), media_type="text/event-stream",
+                                     headers=headers)
 
         async def gen():
             sent, done = 0, False
