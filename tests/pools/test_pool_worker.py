@@ -83,7 +83,9 @@ def test_worker_runs_supervises_and_restarts_a_reference_pool(app, redis_client,
         replicas = _replicas(pool.id)
         pids = [r.pid for r in replicas]
         assert len(set(pids)) == 2 and all(launcher.is_running(p) for p in pids)
-        assert set(_snapshot_states(redis_client, pool.id).values()) == {"healthy"}
+        # the snapshot follows SQL: each replica's publish comes after its commit
+        pool_worker.wait_for(lambda: set(_snapshot_states(redis_client, pool.id).values())
+                             == {"healthy"}, 30, "both replicas healthy in the snapshot")
         for r in replicas:
             out = httpx.post(f"{r.url}/v1/chat/completions", timeout=60, json={
                 "model": "tiny", "messages": [{"role": "user", "content": "hi"}],
