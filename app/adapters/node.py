@@ -69,12 +69,14 @@ def restore_on_replica(pool_id: int, replica_id: int, url: str) -> dict[str, str
     """Load every adapter the pool should hold on a replica that just (re)started, and
     write each result into that adapter's ``loaded``; returns {adapter name: "ok" | error}.
     No commit: the driver commits it with the replica's move to healthy."""
+    from app.contract.secrets import pool_engine_key
     from workers.pools import lora
     out: dict[str, str] = {}
     for a in db.session.scalars(db.select(Adapter).where(
             Adapter.pool_id == pool_id, Adapter.artifact_path.is_not(None),
             Adapter.state.in_(states.SERVING | {states.SHADOW})).order_by(Adapter.id)):
-        result = lora.load_everywhere([(replica_id, url)], a.name, a.artifact_path)[replica_id]
+        result = lora.load_everywhere([(replica_id, url)], a.name, a.artifact_path,
+                                      api_key=pool_engine_key(pool_id))[replica_id]
         text = _result_text(result)
         a.loaded = {**(a.loaded or {}), str(replica_id): text}
         out[a.name] = text

@@ -34,3 +34,22 @@ def provider_key(name: str | None, environ: Mapping[str, str] | None = None) -> 
                   PROVIDER_KEY_PREFIX)
         return None
     return (os.environ if environ is None else environ).get(name) or None
+
+
+# --- engines' own API keys ----------------------------------------------------------------
+# One operator secret, in the environment of the node workers and the gateways (never in
+# SQL or the snapshot): each pool's engines require a key derived from it and the pool id,
+# so a key read off one node opens that pool only, and no key travels through Redis.
+POOL_ENGINE_SECRET = "SLUICE_POOL_ENGINE_SECRET"
+
+
+def pool_engine_key(pool_id: object, environ: Mapping[str, str] | None = None) -> str | None:
+    """The bearer key pool ``pool_id``'s engines require (``--api-key``), or None when no
+    ``SLUICE_POOL_ENGINE_SECRET`` is set (engines on the loopback need none)."""
+    import hashlib
+    import hmac
+    secret = (os.environ if environ is None else environ).get(POOL_ENGINE_SECRET)
+    if not secret or pool_id is None:
+        return None
+    return "sk-pool-" + hmac.new(secret.encode(), f"pool:{pool_id}".encode(),
+                                 hashlib.sha256).hexdigest()[:48]

@@ -27,6 +27,12 @@ class ServerOptions:
     max_tokens_default: int = 256
 
     @property
+    def api_key(self) -> str | None:
+        """vLLM's ``--api-key`` / ``VLLM_API_KEY``: every /v1 route needs it as a bearer
+        token (health and metrics stay open, as in vLLM)."""
+        return os.environ.get("VLLM_API_KEY") or None
+
+    @property
     def allow_runtime_lora(self) -> bool:
         # Read when the app is built (not at import), like vLLM reads its env at startup.
         return os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "").lower() in ("true", "1")
@@ -196,6 +202,19 @@ def create_app(load: Callable[[], Engine], opts: ServerOptions) -> Starlette:
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.scheduler = sched
+    key = opts.api_key
+    if key:
+        import hmac
+
+        from starlette.middleware.base import BaseHTTPMiddleware
+
+        async def require_key(request, call_next):
+            if request.url.path.startswith("/v1/"):
+                given = request.headers.get("authorization", "")
+                if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+                    return JSONResponse({"error": "Unauthorized"}, status_code=401)
+            return await call_next(request)
+        app.add_middleware(BaseHTTPMiddleware, dispatch=require_key)
     return app
 
 

@@ -244,7 +244,7 @@ async def run_probe(ctx: RequestContext, probe: Probe, served: str,
         resp = await ctx.services.upstream.open(
             chat_url(replica["url"]),
             upstream_request_headers(ctx.client_headers, f"{ctx.request_id}{probe.suffix}",
-                                     None),
+                                     ctx.services.upstream.api_key(probe.tier)),
             probe_body(ctx, model), float(probe.tier.get("timeout_s") or 60.0), False)
         try:
             data = orjson.loads(resp.content)

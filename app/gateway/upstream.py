@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from app.contract.secrets import provider_key
+from app.contract.secrets import pool_engine_key, provider_key
 from app.gateway import http1
 
 HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
@@ -93,8 +93,12 @@ class Upstream:
 
     @staticmethod
     def api_key(tier: Mapping[str, Any]) -> str | None:
-        """The tier's provider key, read at call time so a rotated key needs no snapshot;
-        only a declared ``SLUICE_PROVIDER_KEY_*`` name is ever read (app.contract.secrets)."""
+        """The tier's key, read at call time so a rotated key needs no snapshot: a pool
+        tier's engines' own key (derived from ``SLUICE_POOL_ENGINE_SECRET``, if set), an
+        external tier's provider key (only a declared ``SLUICE_PROVIDER_KEY_*`` name is
+        ever read; app.contract.secrets)."""
+        if tier.get("upstream_kind") == "pool":
+            return pool_engine_key(tier.get("pool_id"))
         return provider_key(tier.get("api_key_env"))
 
     async def open(self, url: str, headers: dict[str, str], body: dict,

@@ -16,6 +16,7 @@ from pathlib import Path
 from flask import current_app
 
 from app.catalog.models import Pool, Replica, ReplicaMetric
+from app.contract.secrets import POOL_ENGINE_SECRET, pool_engine_key
 from app.extensions import db
 from app.models_base import utcnow
 from app.pools import states
@@ -84,8 +85,14 @@ def _commit_and_publish() -> None:
 def _spawn(replica: Replica) -> None:
     pool = replica.pool
     # Bind/advertise hosts: loopback for a single-node setup; a GPU node sets its address.
-    argv, env = build_command(pool.to_dict(), replica.index,
-                              host=current_app.config["POOLS_BIND_HOST"])
+    host = current_app.config["POOLS_BIND_HOST"]
+    argv, env = build_command(pool.to_dict(), replica.index, host=host)
+    key = pool_engine_key(pool.id)
+    if key:
+        env["VLLM_API_KEY"] = key   # vLLM's --api-key, from the environment (not in argv/ps)
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"an engine listening on {host} needs a key: set "
+                         f"{POOL_ENGINE_SECRET} on the node workers and the gateways")
     paths = _paths(replica)
     port = replica_port(pool.to_dict(), replica.index)
     launcher.terminate(launcher.read_pid(paths), port=port)
@@ -330,8 +337,10 @@ def _serving(pool_id: int) -> list[tuple[int, str]]:
 
 def load_lora(pool_id: int, lora_name: str, lora_path: str) -> dict[int, dict]:
     """Hot-load on every serving replica of the pool; per-replica results."""
-    return lora_calls.load_everywhere(_serving(pool_id), lora_name, lora_path)
+    return lora_calls.load_everywhere(_serving(pool_id), lora_name, lora_path,
+                                      api_key=pool_engine_key(pool_id))
 
 
 def unload_lora(pool_id: int, lora_name: str) -> dict[int, dict]:
-    return lora_calls.unload_everywhere(_serving(pool_id), lora_name)
+    return lora_calls.unload_everywhere(_serving(pool_id), lora_name,
+                                        api_key=pool_engine_key(pool_id))
