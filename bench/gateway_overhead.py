@@ -276,6 +276,19 @@ def print_table(results: dict[int, dict[str, dict]]) -> None:
                 print(f"      {name} error sample: {res['error_sample']}")
 
 
+def teardown(procs: list[subprocess.Popen], r, ns: str) -> None:
+    """Stop the bench's processes (TERM, then KILL after 15 s) and drop its Redis keys."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    for key in r.scan_iter(f"{ns}:*"):
+        r.delete(key)
+
+
 def start(cmd: list[str], env: dict, log: Path) -> subprocess.Popen:
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT)
@@ -402,15 +415,7 @@ def main() -> None:
         if litellm_note:
             print(litellm_note)
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for key in r.scan_iter(f"{ns}:*"):
-            r.delete(key)
+        teardown(procs, r, ns)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from gateway_overhead import free_port, start, tree_cpu_s, wait_http  # noqa: E402
+from gateway_overhead import free_port, start, teardown, tree_cpu_s, wait_http  # noqa: E402
 
 KEY = "sk-sl-bench-" + hashlib.sha256(b"sluice-shadow-bench").hexdigest()[:40]
 WORKFLOW = "bench-invoices"
@@ -180,15 +180,7 @@ def main() -> int:
                         / max(served(gw) - served0, 1)
                     rows.append((conc, pct, res))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-        for key in r.scan_iter(f"{ns}:*"):
-            r.delete(key)
+        teardown(procs, r, ns)
 
     print(__doc__.split("\n\n")[0].strip() + "\n")
     print(f"{args.seconds:g}s per row after {args.warm:g}s warm-up, {os.cpu_count()} CPUs, "

@@ -72,11 +72,12 @@ def restore_on_replica(pool_id: int, replica_id: int, url: str) -> dict[str, str
     from app.contract.secrets import pool_engine_key
     from workers.pools import lora
     out: dict[str, str] = {}
+    key = pool_engine_key(pool_id)
     for a in db.session.scalars(db.select(Adapter).where(
             Adapter.pool_id == pool_id, Adapter.artifact_path.is_not(None),
-            Adapter.state.in_(states.SERVING | {states.SHADOW})).order_by(Adapter.id)):
+            Adapter.state.in_(states.HELD)).order_by(Adapter.id)):
         result = lora.load_everywhere([(replica_id, url)], a.name, a.artifact_path,
-                                      api_key=pool_engine_key(pool_id))[replica_id]
+                                      api_key=key)[replica_id]
         text = _result_text(result)
         a.loaded = {**(a.loaded or {}), str(replica_id): text}
         out[a.name] = text

@@ -45,7 +45,7 @@ def by_replica(pool_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
         return {}
     out: dict[int, list[dict[str, Any]]] = {}
     for a in db.session.scalars(db.select(Adapter).where(
-            Adapter.pool_id.in_(pool_ids), Adapter.state.in_(states.SERVING | {states.SHADOW}))
+            Adapter.pool_id.in_(pool_ids), Adapter.state.in_(states.HELD))
             .order_by(Adapter.id)):
         for rid, result in (a.loaded or {}).items():
             if str(rid).isdigit():
@@ -67,9 +67,8 @@ def snapshot_entries() -> dict[str, AdapterEntry]:
     """``{"<tenant id>:<workflow signature>": AdapterEntry}`` for every workflow with an
     adapter serving (canary, promoted) or in shadow. Where a state holds more than one
     adapter of a workflow (it should not), the newest wins."""
-    wanted = states.SERVING | {states.SHADOW}
     groups: dict[str, dict[str, Adapter]] = {}
-    for a in db.session.scalars(db.select(Adapter).where(Adapter.state.in_(wanted))
+    for a in db.session.scalars(db.select(Adapter).where(Adapter.state.in_(states.HELD))
                                 .order_by(Adapter.id)):
         groups.setdefault(f"{a.tenant_id}:{a.workflow}", {})[a.state] = a
     out = {}

@@ -40,6 +40,8 @@ TRANSITIONS: dict[str, tuple[frozenset[str], str, str | None]] = {
 }
 # States whose adapter serves live traffic (the gateway snapshot carries them).
 SERVING = frozenset({CANARY, PROMOTED})
+# States whose adapter the pool's engines hold loaded (serving, or answering shadow runs).
+HELD = SERVING | {SHADOW}
 # A workflow has at most one adapter in these at a time.
 IN_FLIGHT = frozenset({TRAINING, CANDIDATE, SHADOW, AWAITING, CANARY})
 # Canary steps: share of the workflow's traffic (consistent per session / prefix).

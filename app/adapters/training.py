@@ -362,7 +362,8 @@ def _stopped(adapter_id: int, why: str, error: str = "") -> dict[str, Any]:
 
 
 def _per_1k(per_request: Decimal) -> str:
-    return str((per_request * 1000).quantize(Decimal("0.000001")))
+    from app.core.costing import shown
+    return str(shown(per_request * 1000))
 
 
 def cost_per_1k(adapter: Adapter, offline: dict[str, Any]) -> dict[str, Any]:

@@ -30,19 +30,14 @@ def _day(user, day: date) -> dict[str, Any]:
             "tier_mix": d["tier_mix"]}
 
 
-def _tenant_ids(user) -> list[int] | None:
-    """The tenants whose ledger rows the user may count (None: all)."""
-    return None if user.tenant_id is None else [user.tenant_id]
-
-
 def status_rates(user, hours: int = 24) -> dict[str, Any]:
     """Requests, 5xx errors and 429 refusals booked over the last ``hours``."""
     from app.ledger.models import LedgerEntry as L
     from app.tenants.models import Tenant
     since = datetime.now(timezone.utc) - timedelta(hours=hours)
-    ids = _tenant_ids(user)
-    if ids is None:   # through the (tenant, at) index, tenant by tenant
-        ids = list(db.session.scalars(sa.select(Tenant.id)))
+    # through the (tenant, at) index: the user's tenant, or every tenant by id
+    ids = [user.tenant_id] if user.tenant_id is not None else \
+        list(db.session.scalars(sa.select(Tenant.id)))
     if not ids:
         return {"requests": 0, "errors": 0, "refused": 0, "error_pct": None,
                 "refused_pct": None, "hours": hours}

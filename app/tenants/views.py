@@ -88,9 +88,7 @@ def tenant_keys(tenant_id: int):
     tenant = service.get_tenant(current_user, tenant_id)
     can_manage = current_user.can("key.manage", tenant.id)
     context = {"tenant": tenant, "can_manage": can_manage, "errors": {},
-               "values": {"name": "", "expires_at": ""}, "plaintext": None,
-               "gateway_url": current_app.config["GATEWAY_URL"].rstrip("/"),
-               "models": _models_for(tenant)}
+               "values": {"name": "", "expires_at": ""}, "plaintext": None}
     if request.method == "POST":
         require("key.manage", tenant.id)
         values = form_data("name", "expires_at")
@@ -107,7 +105,9 @@ def tenant_keys(tenant_id: int):
     if shown is not None:
         key_id, plaintext = shown
         context.update(plaintext=plaintext,
-                       new_key=next((k for k in tenant.keys if k.id == key_id), None))
+                       new_key=next((k for k in tenant.keys if k.id == key_id), None),
+                       gateway_url=current_app.config["GATEWAY_URL"].rstrip("/"),
+                       models=_models_for(tenant))
     elif request.args.get("created"):
         flash("The new key was shown once and is no longer available: Sluice keeps only its "
               "hash. Revoke it and create another if it was not copied.", "info")
