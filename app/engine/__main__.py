@@ -21,6 +21,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--enable-prompt-tokens-details", action="store_true")
+    p.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help="tool_choice 'auto' (needs --tool-call-parser), as in vLLM")
+    p.add_argument("--tool-call-parser", default="", choices=["", "hermes"],
+                   help="how generated text becomes tool calls (hermes: <tool_call>{json})")
     return p.parse_args(argv)
 
 
@@ -39,7 +43,9 @@ def build_app(args: argparse.Namespace):
                       max_model_len=args.max_model_len)
     opts = ServerOptions(served_model_name=name,
                          enable_prompt_tokens_details=args.enable_prompt_tokens_details,
-                         max_loras=args.max_loras)
+                         max_loras=args.max_loras,
+                         enable_auto_tool_choice=args.enable_auto_tool_choice,
+                         tool_call_parser=args.tool_call_parser)
     return create_app(load, opts)
 
 

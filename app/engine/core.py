@@ -46,6 +46,7 @@ class Job:
     response_format: dict | None = None
     cache_salt: str = ""
     ignore_eos: bool = False  # vLLM's extra sampling parameter
+    tool_plan: Any = None  # tools.ToolPlan: how the output becomes tool calls
     submitted_at: float = field(default_factory=time.monotonic)
     cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -72,7 +73,19 @@ class Engine:
         self.stop_token_ids = ids
 
     # -- prompts ---------------------------------------------------------------------------
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """Prompt ids; ``tools`` (function objects) go to a template that renders them, or
+        are written in Hermes form for one that does not (see tools.render_messages)."""
+        if tools is not None or any(m.get("role") == "tool" or m.get("tool_calls")
+                                    for m in messages if isinstance(m, dict)):
+            from app.engine.tools import render_messages
+            if "tools" in (self.tokenizer.chat_template or ""):
+                text = self.tokenizer.apply_chat_template(
+                    messages, tools=[{"type": "function", "function": f}
+                                     for f in tools or []] or None,
+                    add_generation_prompt=True, tokenize=False)
+                return self.tokenizer.encode(text, add_special_tokens=False)
+            messages = render_messages(messages, tools)
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise EngineError("each message needs a string 'role'")
@@ -142,6 +155,8 @@ class Engine:
             key = json.dumps(schema)  # not sorted: xgrammar keeps the properties' order
         elif kind == "grammar":   # vLLM's structured_outputs.grammar (xgrammar EBNF)
             key, schema = "grammar\x00" + str(response_format.get("grammar")), None
+        elif kind == "structural_tag":  # free text; a trigger starts a schema (tools.py)
+            key, schema = "tag\x00" + json.dumps(response_format), None
         else:
             raise EngineError(f"unsupported response_format type {kind!r}")
         if key not in self._grammars:
@@ -154,6 +169,10 @@ class Engine:
             try:
                 if kind == "grammar":
                     grammar = self._grammar_compiler.compile_grammar(response_format["grammar"])
+                elif kind == "structural_tag":
+                    grammar = self._grammar_compiler.compile_structural_tag(
+                        [xgr.StructuralTagItem(**t) for t in response_format["structures"]],
+                        response_format["triggers"])
                 elif schema is None:
                     grammar = self._grammar_compiler.compile_builtin_json_grammar()
                 else:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.engine import tools
 from app.engine.core import Engine, EngineError, Job
 from app.engine.scheduler import Scheduler
 
@@ -25,6 +26,8 @@ class ServerOptions:
     enable_prompt_tokens_details: bool = True
     max_loras: int = 4
     max_tokens_default: int = 256
+    enable_auto_tool_choice: bool = False  # vLLM's --enable-auto-tool-choice
+    tool_call_parser: str = ""  # vLLM's --tool-call-parser (here: hermes)
 
     @property
     def api_key(self) -> str | None:
@@ -90,14 +93,21 @@ def _job_from_body(engine: Engine, body: dict, opts: ServerOptions, emit) -> Job
         raise EngineError("top_logprobs must be between 0 and 20")
     if not isinstance(max_tokens, int) or max_tokens < 1:
         raise EngineError("max_tokens must be a positive integer")
-    return Job(model=model, prompt_ids=engine.encode_chat([dict(m) for m in messages]),
+    plan = tools.plan_tools(body, auto_enabled=opts.enable_auto_tool_choice
+                            and bool(opts.tool_call_parser))
+    constraint = _constraint(body)
+    if plan is not None and plan.constraint is not None:
+        constraint = plan.constraint  # a forced call's schema wins, as in vLLM
+    return Job(model=model, prompt_ids=engine.encode_chat(
+                   [dict(m) for m in messages], plan.tools if plan else None),
                emit=emit, max_tokens=max_tokens,
                temperature=1.0 if temperature is None else float(temperature),
                top_p=float(body.get("top_p") or 1.0), stop=[str(s) for s in stop],
                seed=body.get("seed"), logprobs=bool(body.get("logprobs")),
-               top_logprobs=top_logprobs, response_format=_constraint(body),
+               top_logprobs=top_logprobs, response_format=constraint,
                cache_salt=str(body.get("cache_salt") or ""),
-               ignore_eos=bool(body.get("ignore_eos")))
+               ignore_eos=bool(body.get("ignore_eos")),
+               tool_plan=plan if plan is not None and plan.parses else None)
 
 
 def create_app(load: Callable[[], Engine], opts: ServerOptions) -> Starlette:
@@ -235,11 +245,15 @@ async def _collect(events: asyncio.Queue, job: Job, rid: str, created: int,
     _, finish, usage = ev
     if not opts.enable_prompt_tokens_details:
         usage = {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+    content, calls = "".join(parts), []
+    if job.tool_plan is not None:
+        content, calls = tools.parse_output(job.tool_plan, content)
+        finish = _tool_finish(job.tool_plan, bool(calls), finish)
     return JSONResponse({
         "id": rid, "object": "chat.completion", "created": created, "model": job.model,
         "choices": [{"index": 0,
-                     "message": {"role": "assistant", "content": "".join(parts),
-                                 "tool_calls": []},
+                     "message": {"role": "assistant", "content": content,
+                                 "tool_calls": calls},
                      "logprobs": {"content": lps} if job.logprobs else None,
                      "finish_reason": finish, "stop_reason": None}],
         "usage": usage})
@@ -257,11 +271,17 @@ async def _stream(events: asyncio.Queue, job: Job, rid: str, created: int,
             payload["usage"] = usage
         return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
+    calls = tools.ToolCallStream(job.tool_plan) if job.tool_plan is not None else None
     try:
         yield chunk({"role": "assistant", "content": ""})
         while True:
             ev = await events.get()
-            if ev[0] == "token":
+            if ev[0] == "token" and calls is not None:
+                _, delta, lp = ev
+                for d in calls.feed(delta):
+                    yield chunk(d, logprobs={"content": [lp]} if lp is not None else None)
+                    lp = None
+            elif ev[0] == "token":
                 _, delta, lp = ev
                 if delta or lp is not None:
                     yield chunk({"content": delta},
@@ -273,6 +293,10 @@ async def _stream(events: asyncio.Queue, job: Job, rid: str, created: int,
                 _, finish, usage = ev
                 if not opts.enable_prompt_tokens_details:
                     usage = {k: v for k, v in usage.items() if k != "prompt_tokens_details"}
+                if calls is not None:
+                    for d in calls.finish():
+                        yield chunk(d)
+                    finish = _tool_finish(job.tool_plan, calls.called, finish)
                 yield chunk({}, finish)
                 if include_usage:
                     yield chunk({}, usage=usage, choices=False)
@@ -280,3 +304,11 @@ async def _stream(events: asyncio.Queue, job: Job, rid: str, created: int,
         yield "data: [DONE]\n\n"
     finally:
         job.cancelled.set()  # client went away (or we are done): stop generating
+
+
+def _tool_finish(plan: "tools.ToolPlan", called: bool, finish: str) -> str:
+    """OpenAI's finish_reason: ``tool_calls`` when the model chose to call (auto,
+    required); a named choice keeps ``stop``, as OpenAI and vLLM answer it."""
+    if called and plan.mode in ("auto", "required") and finish == "stop":
+        return "tool_calls"
+    return finish
