@@ -35,7 +35,8 @@ def test_tier1_8b_fp8_multi_lora():
         "--enable-prefix-caching", "--prefix-caching-hash-algo", "sha256",
         "--enable-lora", "--max-loras", "8", "--max-lora-rank", "64",
         "--lora-modules", "revops-extract=/adapters/revops-v3",
-        "--enable-prompt-tokens-details"]
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
     assert env == {"CUDA_VISIBLE_DEVICES": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
 
 
@@ -50,7 +51,8 @@ def test_tier2_70b_fp8_eagle3_dynamic_depth():
         '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",'
         '"num_speculative_tokens":5,'
         '"num_speculative_tokens_per_batch_size":[[1,8,5],[9,32,3],[33,128,1]]}',
-        "--enable-prompt-tokens-details"]
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
     # replica 1 takes the next four GPUs
     assert build_command(TIER2, 1)[1]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
@@ -88,7 +90,8 @@ def test_prefill_decode_split_pair(role, index, port, side):
         "--kv-events-config",
         '{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","publisher":"zmq",'
         '"topic":"kv@llama-3.3-70b-%d"}' % (5557 + index, index),
-        "--enable-prompt-tokens-details"]
+        "--enable-prompt-tokens-details",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1" if index == 0 else "2,3",
                    "VLLM_NIXL_SIDE_CHANNEL_PORT": side,
                    "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1"}
@@ -102,7 +105,8 @@ def test_reference_engine_pool():
     assert argv == ["/venv/bin/python", "-m", "app.engine", "--model", "smollm2",
                     "--served-model-name", "smollm2-135m-instruct", "--host", "127.0.0.1",
                     "--port", "8501", "--max-prefix-tokens", "8192", "--threads", "1",
-                    "--max-loras", "2", "--enable-prompt-tokens-details"]
+                    "--max-loras", "2", "--enable-prompt-tokens-details",
+                    "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
     assert env == {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
 
@@ -119,3 +123,19 @@ def test_invalid_options_are_refused():
                            "gpu_memory_utilization"}
     with pytest.raises(ValueError):
         build_command({"name": "x", "engine": "vllm", "model": "m", "options": bad}, 0)
+
+
+def test_tool_call_parser_follows_the_model_family_unless_set():
+    """vLLM serves tool_choice auto only with a parser for the model's call format."""
+    def flags(model: str, **options) -> list[str]:
+        argv, _ = build_command({"name": "p", "engine": "vllm", "model": model,
+                                 "options": options}, 0)
+        return argv[argv.index("--enable-auto-tool-choice"):][:3] \
+            if "--enable-auto-tool-choice" in argv else []
+    assert flags("Qwen/Qwen2.5-7B-Instruct") == [
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+    assert flags("mistralai/Mistral-Small-Instruct")[2] == "mistral"
+    assert flags("some-org/unknown-model") == []
+    assert flags("some-org/unknown-model", tool_call_parser="pythonic")[2] == "pythonic"
+    assert flags("meta-llama/Llama-3.1-8B-Instruct", tool_call_parser=False) == []
+    assert validate_options({"tool_call_parser": "my_plugin"}) != {}

@@ -22,6 +22,11 @@ SPEC_METHODS = ("eagle", "eagle3", "ngram")
 PD_ROLES = ("prefill", "decode")
 KV_CONNECTORS = ("NixlConnector",)
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+# vLLM's built-in --tool-call-parser names (the reference engine has hermes)
+TOOL_PARSERS = ("hermes", "llama3_json", "llama4_json", "llama4_pythonic", "mistral",
+                "pythonic", "granite", "granite-20b-fc", "internlm", "jamba", "xlam",
+                "qwen3_coder", "qwen3_xml", "deepseek_v3", "deepseek_v31", "kimi_k2",
+                "glm45", "openai", "minimax", "hunyuan_a13b", "phi4_mini_json")
 
 # Environment variables an operator may set on an engine: communication and runtime
 # tuning only, nothing that names code to load.
@@ -144,6 +149,7 @@ OPTIONS: dict[str, Check] = {
     "enable_prompt_tokens_details": _bool,
     "max_prefix_tokens": _int(0, 10_000_000),
     "threads": _int(0, 512),
+    "tool_call_parser": lambda v: None if v is False else _choice(TOOL_PARSERS)(v),
     "env": _env,
     "extra_args": lambda v: None,   # checked against the engine below
 }

@@ -16,6 +16,7 @@ Pool.options (all optional)::
     kv_events: true | {endpoint, topic, publisher}
     gpu_memory_utilization, max_num_seqs, max_model_len, tensor_parallel_size,
     enable_prompt_tokens_details (default true), max_prefix_tokens (reference engine),
+    tool_call_parser (vLLM's parser name, or false; default by model family),
     threads (reference engine), extra_args: [...] (engine flags from an allowlist, admin
     only), env: {...} (variables from an allowlist)
 
@@ -86,9 +87,40 @@ def build_command(pool: Mapping[str, Any], index: int, *, host: str = "127.0.0.1
         argv, env = _vllm(pool, options, index, host)
     else:
         argv, env = _reference(pool, options, index, host, python or sys.executable)
+    argv += tool_call_flags(pool)
     argv += [str(a) for a in options.get("extra_args") or []]
     env.update({str(k): str(v) for k, v in (options.get("env") or {}).items()})
     return argv, env
+
+
+# vLLM's --tool-call-parser per model family (vLLM's docs, "Tool Calling"), first match wins.
+TOOL_PARSER_BY_MODEL = (("llama-4", "llama4_pythonic"), ("llama4", "llama4_pythonic"),
+                        ("llama-3", "llama3_json"), ("llama3", "llama3_json"),
+                        ("qwen3-coder", "qwen3_coder"), ("qwen", "hermes"),
+                        ("hermes", "hermes"), ("mistral", "mistral"), ("mixtral", "mistral"),
+                        ("granite", "granite"), ("deepseek-v3", "deepseek_v3"),
+                        ("gpt-oss", "openai"), ("xlam", "xlam"))
+
+
+def tool_call_parser(pool: Mapping[str, Any]) -> str | None:
+    """The pool's tool-call parser: ``options.tool_call_parser`` (false: none), else the
+    model family's, else none (``tool_choice: auto`` is then refused by the engine).
+    The reference engine parses Hermes-style calls."""
+    chosen = (pool.get("options") or {}).get("tool_call_parser")
+    if chosen is False:
+        return None
+    if chosen:
+        return str(chosen)
+    if pool.get("engine", "reference") != "vllm":
+        return "hermes"
+    model = str(pool.get("model") or "").lower()
+    return next((parser for family, parser in TOOL_PARSER_BY_MODEL if family in model), None)
+
+
+def tool_call_flags(pool: Mapping[str, Any]) -> list[str]:
+    """vLLM's flags for ``tool_choice: auto`` (the reference engine takes the same)."""
+    parser = tool_call_parser(pool)
+    return ["--enable-auto-tool-choice", "--tool-call-parser", parser] if parser else []
 
 
 def _served_name(pool: Mapping[str, Any]) -> str:
