@@ -124,7 +124,9 @@ def start_pools_command() -> None:
 def stop_engines_command(node: str | None) -> None:
     """Stop every engine process this node started, directly (not through the worker's
     queue: ``run.sh`` calls it on exit, after stopping the worker, so nothing restarts
-    them and no engine outlives the system that started it)."""
+    them and no engine outlives the system that started it; and at its start, so an
+    engine a run killed with ``kill -9`` left behind is reaped). An engine is found by the
+    pid and start time its pid file recorded, never by name."""
     import os
 
     from app.catalog.models import Pool, Replica
@@ -133,7 +135,8 @@ def stop_engines_command(node: str | None) -> None:
     stopped = 0
     for replica in db.session.scalars(db.select(Replica).join(Pool).where(
             Pool.node == node).order_by(Replica.id)):
-        if replica.pid or replica.state not in ("stopped", "down"):
+        if replica.pid or replica.state not in ("stopped", "down") \
+                or driver.recorded_pid(replica):
             driver.stop_replica(replica.id)
             stopped += 1
     click.echo(f"node {node}: {stopped} engine replica(s) stopped")

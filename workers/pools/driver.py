@@ -38,6 +38,20 @@ def _paths(replica: Replica) -> launcher.ReplicaPaths:
     return launcher.replica_paths(_var_dir(), replica.name)
 
 
+def recorded_pid(replica: Replica) -> int | None:
+    """The engine pid the replica's pid file records (it may have outlived its DB row's
+    pid: a worker killed between the commit and the stop)."""
+    return launcher.read_pid(_paths(replica))
+
+
+def _alive(replica: Replica, pid: int | None = None) -> bool:
+    """Whether the replica's engine (``pid``, else the recorded one) is still the process
+    its pid file recorded (pid and start time)."""
+    pid = replica.pid if pid is None else pid
+    return launcher.is_running(pid, replica_port(replica.pool.to_dict(), replica.index),
+                               start=launcher.recorded_start(_paths(replica), pid))
+
+
 def _redis():
     from app.redis_client import get_redis, keys
     return get_redis(), keys()
@@ -95,7 +109,9 @@ def _spawn(replica: Replica) -> None:
                          f"{POOL_ENGINE_SECRET} on the node workers and the gateways")
     paths = _paths(replica)
     port = replica_port(pool.to_dict(), replica.index)
-    launcher.terminate(launcher.read_pid(paths), port=port)
+    # an engine an earlier start left behind (its supervisor died before stopping it) is
+    # reaped by its recorded pid and start time, never by name
+    launcher.reap(paths)
     replica.pid = launcher.spawn(argv, env, paths)
     replica.url = f"http://{current_app.config['POOLS_ADVERTISE_HOST']}:{port}"
     _remember(replica.id, started_at=time.time())
@@ -110,8 +126,7 @@ def start_replica(replica_id: int, *, wait_s: float | None = None) -> str:
         replica = db.session.get(Replica, replica_id)
         if replica is None:
             return "gone"
-        if replica.state in ("starting", "healthy") and launcher.is_running(
-                replica.pid, replica_port(replica.pool.to_dict(), replica.index)):
+        if replica.state in ("starting", "healthy") and _alive(replica):
             return replica.state
         if replica.state == "draining":
             return replica.state
@@ -126,13 +141,15 @@ def start_replica(replica_id: int, *, wait_s: float | None = None) -> str:
             return "down"
         _commit_and_publish()
         url, pid = replica.url, replica.pid
+        start = launcher.recorded_start(_paths(replica), pid)
     wait = float(current_app.config["POOLS_START_WAIT_S"] if wait_s is None else wait_s)
-    ok, detail = health.wait_healthy(url, wait, alive=lambda: launcher.is_running(pid))
+    ok, detail = health.wait_healthy(url, wait,
+                                     alive=lambda: launcher.is_running(pid, start=start))
     db.session.expire_all()
     if ok:
         return _mark_healthy(replica_id)
     log.info("replica %s not healthy yet: %s", replica_id, detail)
-    if health.is_broken(detail) or not launcher.is_running(pid):
+    if health.is_broken(detail) or not launcher.is_running(pid, start=start):
         return supervise_replica(replica_id)  # down now, restarted with backoff later
     return "starting"
 
@@ -175,9 +192,11 @@ def stop_replica(replica_id: int) -> str:
         _set_state(replica, "stop")
         replica.pid = None
         _commit_and_publish()
-        launcher.terminate(pid or launcher.read_pid(paths), port=port,
-                           grace_s=float(current_app.config["POOLS_STOP_GRACE_S"]))
-        launcher.clear_pid(paths)
+        grace = float(current_app.config["POOLS_STOP_GRACE_S"])
+        start = launcher.recorded_start(paths, pid)
+        if pid and (start is not None or launcher.is_running(pid, port)):
+            launcher.terminate(pid, grace_s=grace, start=start)
+        launcher.reap(paths, grace_s=grace)   # whatever the pid file names, if still it
         return "stopped" if got else "stopped (unlocked)"
 
 
@@ -243,7 +262,6 @@ def supervise_replica(replica_id: int) -> str:
 def _supervise_one(replica: Replica) -> str:
     now = time.time()
     mem = _memory(replica.id)
-    port = replica_port(replica.pool.to_dict(), replica.index)
     if replica.state == "down":
         if now < mem.get("next_restart", 0):
             return "waiting"
@@ -256,7 +274,7 @@ def _supervise_one(replica: Replica) -> str:
             return "down"
         _commit_and_publish()
         return "restarted"
-    if not launcher.is_running(replica.pid, port):
+    if not _alive(replica):
         tail = launcher.log_tail(_paths(replica), 200).strip().splitlines()[-1:] or [""]
         _fail(replica, mem, f"process {replica.pid} exited; last log: {tail[0]}")
         return "down"
@@ -276,17 +294,23 @@ def _supervise_one(replica: Replica) -> str:
     if replica.state == "starting":
         if health.is_broken(detail) or now - mem.get("started_at", now) > float(
                 current_app.config["POOLS_START_TIMEOUT_S"]):
-            launcher.terminate(replica.pid, port=port)
+            _stop_engine(replica)
             _fail(replica, mem, f"not healthy in time: {detail}")
             return "down"
         return "starting"
     fails = mem.get("health_failures", 0) + 1
     _remember(replica.id, health_failures=fails)
     if fails >= int(current_app.config["POOLS_HEALTH_FAILURES"]):
-        launcher.terminate(replica.pid, port=port)
+        _stop_engine(replica)
         _fail(replica, mem, f"unhealthy: {detail}")
         return "down"
     return "unhealthy"
+
+
+def _stop_engine(replica: Replica) -> None:
+    if _alive(replica):
+        launcher.terminate(replica.pid, grace_s=float(current_app.config["POOLS_STOP_GRACE_S"]),
+                           start=launcher.recorded_start(_paths(replica), replica.pid))
 
 
 def _fail(replica: Replica, mem: dict[str, float], error: str) -> None:
