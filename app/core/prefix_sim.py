@@ -39,10 +39,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from app.core.kv_routing import kv_choice, match_counts
 from app.core.rendezvous import ReplicaView, affinity_key, sluice_choice
 
 POLICIES = ("round_robin", "random", "least_loaded", "consistent_hash", "prefix_trie",
-            "cache_aware", "sluice", "oracle")
+            "cache_aware", "sluice", "kv_events", "oracle")
 
 
 # KV-cache tokens of one seed Tier-1 replica: an 8B FP8 model on an 80 GB H100 at vLLM's
@@ -72,9 +73,14 @@ class RadixLRU:
     Nodes are touched leaf-to-root, so a parent is always more recent than its
     descendants and the least recent node is always a leaf: eviction pops the oldest."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, events: "Callable[[str, int], None] | None" = None
+                 ) -> None:
         self.capacity = capacity
         self.used = 0
+        # KV events, as an engine publishes them: ("stored" | "removed", block key) where
+        # the key is the node's chained hash (the parent's key and the segment)
+        self.events = events
+        self.key: dict[int, int] = {0: 0}
         self.child: dict[tuple[int, int], int] = {}      # (parent, segment) -> node
         self.info: dict[int, tuple[int, int, int]] = {}  # node -> (parent, segment, tokens)
         self.lru: OrderedDict[int, None] = OrderedDict()
@@ -100,6 +106,8 @@ class RadixLRU:
         parent, seg, n = self.info.pop(node)
         del self.child[(parent, seg)]
         self.used -= n
+        if self.events is not None:
+            self.events("removed", self.key.pop(node))
         return True
 
     def insert(self, segs: Sequence[tuple[int, int]]) -> int:
@@ -120,6 +128,9 @@ class RadixLRU:
             self.child[(parent, seg)] = node
             self.info[node] = (parent, seg, n)
             self.used += n
+            if self.events is not None:
+                self.key[node] = chain_key(self.key[parent], seg)
+                self.events("stored", self.key[node])
             new.append(node)
             protected.add(node)
             parent = node
@@ -129,6 +140,11 @@ class RadixLRU:
         for node in reversed(path):
             self.lru.move_to_end(node)
         return hit
+
+
+def chain_key(parent_key: int, seg: int) -> int:
+    """Block key of a segment under its parent's key (the simulator's chained block hash)."""
+    return hash((parent_key, seg))
 
 
 @dataclass
@@ -194,8 +210,10 @@ def _h(key: str) -> int:
 class _Router:
     """Router-side state of one policy; ``choose`` returns a replica index."""
 
-    def __init__(self, name: str, p: SimParams, reps: list[_Replica]) -> None:
+    def __init__(self, name: str, p: SimParams, reps: list[_Replica],
+                 index: dict[int, set[int]] | None = None) -> None:
         self.name, self.p, self.reps = name, p, reps
+        self.index = index          # kv_events: block key -> replicas, from their events
         self.rng = random.Random(p.seed)
         self.rr = 0
         self.views = [ReplicaView(id=i) for i in range(p.replicas)]
@@ -230,9 +248,24 @@ class _Router:
             # the very policy S03 runs
             loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
             return sluice_choice(req.key, self.views, loads, self.p.bounded_load_c).id
+        if self.name == "kv_events":
+            return self._kv_events(req, now)
         if self.name == "prefix_trie":
             return self._prefix_trie(req)
         return self._cache_aware(req, now)
+
+    def _kv_events(self, req: Req, now: float) -> int:
+        # the policy S03 runs with replica_choice kv_events, on an index fed only by the
+        # replicas' stored/removed events; loads as for sluice
+        chain, key = [], 0
+        for seg, n in req.segs:
+            key = chain_key(key, seg)
+            chain.append((key, n))
+        empty: set[int] = set()
+        matched = match_counts(chain, lambda k: self.index.get(k, empty))
+        loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
+        return kv_choice(req.key, self.views, matched, loads, self.p.bounded_load_c,
+                         prompt_tokens=req.prompt_tokens)[0].id
 
     def _prefix_trie(self, req: Req) -> int:
         # production-stack style: longest matched prefix wins, random among the replicas
@@ -271,17 +304,34 @@ class _Router:
         return choice
 
 
+def _publisher(index: dict[int, set[int]], replica: int) -> Callable[[str, int], None]:
+    """Replica ``replica``'s KV events applied to the router's index (the subscriber)."""
+    def apply(kind: str, key: int) -> None:
+        if kind == "stored":
+            index.setdefault(key, set()).add(replica)
+        else:
+            holders = index.get(key)
+            if holders is not None:
+                holders.discard(replica)
+                if not holders:
+                    del index[key]
+    return apply
+
+
 def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
     """One policy over the whole workload; returns its figures."""
     import numpy as np   # here, so the CLI that reads DEFAULT_KV_TOKENS loads without it
+    index: dict[int, set[int]] = {}
     if name == "oracle":   # one pooled cache every replica reads (free KV transfer)
         pooled = RadixLRU(p.kv_tokens * p.replicas)
         reps = [_Replica(pooled) for _ in range(p.replicas)]
+    elif name == "kv_events":
+        reps = [_Replica(RadixLRU(p.kv_tokens, _publisher(index, i))) for i in range(p.replicas)]
     else:
         reps = [_Replica(RadixLRU(p.kv_tokens)) for _ in range(p.replicas)]
     for r in reps:
         r.slots = [0.0] * p.concurrency
-    router = _Router(name, p, reps)
+    router = _Router(name, p, reps, index)
     hit_total = prompt_total = 0
     ttft = np.empty(len(reqs))
     for i, req in enumerate(reqs):

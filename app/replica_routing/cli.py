@@ -30,6 +30,14 @@ def format_table(result: dict) -> str:
     for name, r in result["policies"].items():
         lines.append(f"{name:<16} {r['hit_rate']:>9.1%} {r['max_over_mean_load']:>9.3f} "
                      f"{r['ttft_p50_ms']:>8.1f}ms {r['ttft_p99_ms']:>8.1f}ms")
+    pols = result["policies"]
+    if "kv_events" in pols and "oracle" in pols:
+        k, o = pols["kv_events"], pols["oracle"]
+        ca = pols.get("cache_aware")
+        lines.append(f"kv_events vs oracle: {(k['hit_rate'] - o['hit_rate']) * 100:+.1f} pts hit "
+                     f"rate, max/mean {k['max_over_mean_load']:.3f}"
+                     + (f", TTFT p99 {k['ttft_p99_ms']:.0f} ms vs cache_aware "
+                        f"{ca['ttft_p99_ms']:.0f} ms" if ca else ""))
     if "sluice" in result["policies"] and len(result["policies"]) > 1:
         best, rate = best_non_oracle(result)
         s = result["policies"]["sluice"]
@@ -73,7 +81,9 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
 
 
 @sim_cli.command("workload")
-@click.option("--preset", type=click.Choice(["seed"]), default="seed", show_default=True)
+@click.option("--preset", type=click.Choice(["seed", "deep_tree", "short_sessions",
+                                            "hot_tenant"]), default="seed", show_default=True,
+              help="seed: the seed's cohorts; the others: prefix-tree shapes of issue 17")
 @click.option("--out", "out_path", default="-", help="file to write ('-': stdout)")
 @click.option("--requests", type=click.IntRange(1, 10_000_000), default=20_000,
               show_default=True)
@@ -81,10 +91,11 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
               help="mean requests/s (default: the seed's Tier-1 share, 25.3)")
 @click.option("--seed", "rng_seed", type=int, default=28, show_default=True)
 def workload(preset, out_path, requests, rate, rng_seed):
-    """Write a seed-like workload as JSON lines."""
-    from app.replica_routing.workload import seed_workload, to_lines
+    """Write a workload as JSON lines."""
+    from app.replica_routing.workload import seed_workload, shaped_workload, to_lines
     kwargs = {"seed": rng_seed, **({"rate_rps": rate} if rate else {})}
-    rows = seed_workload(requests, **kwargs)
+    rows = (seed_workload(requests, **kwargs) if preset == "seed"
+            else shaped_workload(preset, requests, **kwargs))
     if out_path == "-":
         for line in to_lines(rows):
             click.echo(line)

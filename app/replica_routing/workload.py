@@ -178,3 +178,76 @@ def to_lines(rows: list[dict]) -> list[str]:
     """The workload file format: one JSON object per line with exactly ``LINE_KEYS``."""
     import json
     return [json.dumps({k: r[k] for k in LINE_KEYS}, separators=(",", ":")) for r in rows]
+
+
+# Shapes beside the seed preset (issue 17), each a prefix tree the gateway meets in
+# multi-tenant pools. A request's segments are the path from the root: shared preamble(s),
+# then the app's own prompt, then its tool block, then the session's turns.
+@dataclass(frozen=True)
+class Shape:
+    preamble: int              # organisation-wide preamble every request starts with (0: none)
+    apps: int                  # per-app system prompts under it
+    app_tokens: int
+    toolsets: int              # tool blocks per app (branches under each app prompt)
+    tool_tokens: int
+    hot_share: float           # share of sessions of app 0 (0: Zipf over apps)
+    mean_turns: float
+    first_tokens: tuple[float, float]
+    turn_tokens: tuple[float, float]
+    output_tokens: tuple[float, float]
+    think_s: float
+    rate_rps: float
+    session_ids: float = 0.0   # share of sessions whose client names them (X-Sluice-Session)
+
+
+SHAPES = {
+    # organisation preamble -> 8 app prompts -> 6 tool blocks each -> agent sessions
+    "deep_tree": Shape(2500, 8, 1500, 6, 1200, 0.0, 6, (900, 0.5), (600, 0.5), (180, 0.4),
+                       8, 4.0, 0.0),
+    # 40 tenants' short chats: 1-3 turns, small prompts, many users at once
+    "short_sessions": Shape(0, 40, 1200, 2, 600, 0.0, 2, (250, 0.5), (200, 0.5),
+                            (120, 0.4), 10, 12.0, 0.5),
+    # one tenant sends 60% of the sessions; the rest share the remainder by Zipf
+    "hot_tenant": Shape(800, 12, 2500, 3, 1500, 0.6, 5, (700, 0.5), (500, 0.5), (200, 0.4),
+                        15, 5.0, 0.3),
+}
+
+
+def shaped_workload(shape: str, requests: int = 6000, *, seed: int = 17,
+                    rate_rps: float | None = None) -> list[dict]:
+    """``requests`` requests of ``SHAPES[shape]``, sorted by arrival; sessions are whole
+    (the last one started may be cut short)."""
+    s = SHAPES[shape]
+    rng = random.Random(seed)
+    if s.hot_share:
+        rest = _zipf_weights(s.apps - 1, 1.0)
+        app_w = [s.hot_share] + [w / sum(rest) * (1 - s.hot_share) for w in rest]
+    else:
+        app_w = _zipf_weights(s.apps, 0.8)
+    turns_mean = 1 + 1 / math.expm1(1 / (s.mean_turns - 1))
+    start_rate = (rate_rps or s.rate_rps) / turns_mean / 1000.0      # sessions per ms
+    out: list[dict] = []
+    t, uid = 0.0, 0
+    while len(out) < requests:
+        t += rng.expovariate(start_rate)
+        app = rng.choices(range(s.apps), weights=app_w)[0]
+        tools = rng.randrange(s.toolsets)
+        segs = ([["org:preamble", s.preamble]] if s.preamble else []) + [
+            [f"app{app}:sys", s.app_tokens], [f"app{app}:tools{tools}", s.tool_tokens]]
+        uid += 1
+        sid = f"s{uid}" if rng.random() < s.session_ids else None
+        turns = min(40, 1 + int(rng.expovariate(1 / (s.mean_turns - 1))))
+        at = t
+        for turn in range(turns):
+            new = _lognormal(rng, s.first_tokens if turn == 0 else s.turn_tokens)
+            output = _lognormal(rng, s.output_tokens)
+            if turn and sum(n for _, n in segs) + new + output > MAX_CONTEXT:
+                break
+            segs = segs + [[f"c{uid}:u{turn}", new]]
+            out.append({"arrival_ms": round(at, 1), "session_id": sid, "segments": segs,
+                        "output_tokens": output, "team": f"app{app}", "cohort": shape})
+            segs = segs + [[f"c{uid}:a{turn}", output]]
+            at += 3000.0 + 1000.0 * rng.expovariate(1 / s.think_s)
+    out = out[:requests]
+    out.sort(key=lambda r: r["arrival_ms"])
+    return out

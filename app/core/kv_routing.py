@@ -1,0 +1,110 @@
+"""Replica choice from the engines' own KV-cache events (S03 policy ``kv_events``). Pure.
+
+The engines publish which blocks they store and evict (vLLM's ``--kv-events-config``:
+``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` with chained block hashes); an
+index built from those events says, for a request's chain of block hashes, how many
+leading blocks each replica holds. ``kv_choice`` turns that and the live loads into one
+replica:
+
+1. replicas within the bounded-load rule of today's policy (load + 1 <= ceil(c x share),
+   with the same absolute floor, ``rendezvous.load_bound``) are candidates; when none is,
+   every healthy replica is (the least loaded relative to its weight wins, as today);
+2. among candidates the most matched prefix tokens wins; a match counts only where it
+   is worth more than the queue in front of it (``tokens_per_load`` prompt tokens per
+   request in flight, so a replica one block ahead but with a long queue loses to an idle
+   one);
+3. ties go to the rendezvous order of the request's affinity key, so every gateway process
+   with the same index and loads makes the same choice, and requests no replica has seen
+   (nothing matched, or an index that is stale or empty) are exactly today's
+   ``sluice_choice``.
+
+``match_counts`` is the index walk itself, on any mapping of block hash -> holders, so the
+simulator (fed by simulated events), the gateway (Redis) and the tests share it.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Hashable, Iterable, Mapping, Sequence
+
+from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
+                                 sluice_choice)
+
+# One request in flight ahead costs about this share of the request's own prompt in
+# prefill tokens (a matched token saves its prefill; a queued request delays it). Chosen
+# with the simulator on the four workload shapes (bench/results/prefix_routing_sim.txt);
+# 0 would follow the cache blindly up to the load bound.
+QUEUE_SHARE = 0.12
+
+POLICY_NAME = "kv_events"
+
+
+def block_hash_chain(namespace: str, tokens: Sequence[int], block_size: int) -> list[bytes]:
+    """The reference engine's block hashes (``app.engine.prefix_cache`` stores under them and
+    publishes them in ``BlockStored``): sha256 chained from sha256(namespace) over each full
+    block's token ids. ``namespace`` is ``engine_namespace(model or adapter, cache_salt)``,
+    so a LoRA or a tenant's cache salt changes every hash of the chain."""
+    out: list[bytes] = []
+    prev = hashlib.sha256(namespace.encode()).digest()
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        h = hashlib.sha256(prev)
+        h.update(",".join(map(str, tokens[start:start + block_size])).encode())
+        prev = h.digest()
+        out.append(prev)
+    return out
+
+
+def engine_namespace(model: str, cache_salt: str = "") -> str:
+    """What the reference engine mixes into the first block: the served model or adapter
+    name and the request's ``cache_salt``."""
+    return f"{model}\x00{cache_salt}"
+
+
+def match_counts(chain: Iterable[tuple[Hashable, float]],
+                 holders_of) -> dict[Hashable, float]:
+    """Matched leading weight per replica: walk ``chain`` ((block key, weight) in prompt
+    order) while a replica holds every block so far. ``holders_of(key)`` returns the
+    replica ids that hold ``key`` (any iterable; empty when none)."""
+    matched: dict[Hashable, float] = {}
+    alive: set | None = None
+    for key, weight in chain:
+        holders = set(holders_of(key))
+        alive = holders if alive is None else alive & holders
+        if not alive:
+            break
+        for r in alive:
+            matched[r] = matched.get(r, 0.0) + weight
+    return matched
+
+
+def kv_choice(key: str, replicas: Sequence[ReplicaView],
+              matched: Mapping[Hashable, float] | None,
+              loads: Mapping[Hashable, float] | None = None, c: float = 1.25, *,
+              prompt_tokens: float = 0.0, queue_share: float = QUEUE_SHARE,
+              floor: float = LOAD_FLOOR) -> tuple[ReplicaView | None, str]:
+    """(replica, how it was chosen): ``"kv"`` from the index, ``"rendezvous"`` when no
+    replica matched anything, ``"fallback"`` when ``matched`` is None (index stale or
+    unreachable: the caller says so in telemetry)."""
+    if matched is None:
+        return sluice_choice(key, replicas, loads, c), "fallback"
+    order = hrw_order(key, replicas)
+    if not order:
+        return None, "kv"
+    loads = loads or {}
+    if not any(matched.get(r.id, 0.0) > 0 for r in order):
+        return sluice_choice(key, replicas, loads, c), "rendezvous"
+    total = sum(float(loads.get(r.id, 0.0)) for r in order)
+    total_weight = sum(r.weight for r in order)
+    within = [r for r in order
+              if float(loads.get(r.id, 0.0)) + 1.0
+              <= load_bound(total, r.weight, total_weight, c, floor)]
+    if not within:
+        return min(order, key=lambda r: float(loads.get(r.id, 0.0)) / r.weight), "kv"
+
+    per_load = queue_share * max(float(prompt_tokens), 1.0)
+
+    def score(ir: tuple[int, ReplicaView]) -> tuple[float, int]:
+        rank, r = ir
+        return (float(matched.get(r.id, 0.0))
+                - per_load * float(loads.get(r.id, 0.0)) / r.weight, -rank)
+
+    return max(enumerate(within), key=score)[1], "kv"

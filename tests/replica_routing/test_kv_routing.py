@@ -1,0 +1,91 @@
+"""The kv_events policy (app.core.kv_routing): its choice on plain data, and in the simulator
+fed by the replicas' own stored/removed events."""
+from __future__ import annotations
+
+import random
+
+from app.core.kv_routing import (block_hash_chain, engine_namespace, kv_choice,
+                                 match_counts)
+from app.core.prefix_sim import RadixLRU, SimParams, simulate
+from app.core.rendezvous import ReplicaView, sluice_choice
+from app.replica_routing.workload import shaped_workload
+
+REPS = [ReplicaView(id=i) for i in range(4)]
+
+
+def test_longest_match_wins_and_nothing_matched_is_rendezvous():
+    choice, how = kv_choice("p:x", REPS, {2: 4096.0, 3: 512.0}, {}, prompt_tokens=5000)
+    assert (choice.id, how) == (2, "kv")
+    choice, how = kv_choice("p:x", REPS, {}, {}, prompt_tokens=5000)
+    assert how == "rendezvous" and choice == sluice_choice("p:x", REPS, {})
+
+
+def test_stale_index_falls_back_to_todays_choice():
+    loads = {0: 3.0, 1: 0.0}
+    choice, how = kv_choice("s::abc", REPS, None, loads)
+    assert how == "fallback" and choice == sluice_choice("s::abc", REPS, loads)
+
+
+def test_a_queue_outweighs_a_small_match_and_the_bound_is_kept():
+    # replica 1 matches one block more but has a long queue
+    choice, _ = kv_choice("p:x", REPS, {1: 2000.0, 2: 1984.0}, {1: 6.0, 2: 0.0},
+                          prompt_tokens=2100)
+    assert choice.id == 2
+    # far over the bound (floor 0 here): never chosen, whatever it matches
+    choice, _ = kv_choice("p:x", REPS, {0: 9000.0}, {0: 40.0, 1: 1.0, 2: 1.0, 3: 1.0},
+                          prompt_tokens=9000, floor=0)
+    assert choice.id != 0
+
+
+def test_the_choice_does_not_depend_on_input_order():
+    rng = random.Random(3)
+    for _ in range(200):
+        matched = {i: float(rng.choice([0, 16, 32, 4096])) for i in range(4)}
+        loads = {i: float(rng.randrange(5)) for i in range(4)}
+        shuffled = REPS[:]
+        rng.shuffle(shuffled)
+        a = kv_choice("p:k", REPS, matched, loads, prompt_tokens=5000)
+        b = kv_choice("p:k", shuffled, dict(reversed(list(matched.items()))), loads,
+                      prompt_tokens=5000)
+        assert a == b
+
+
+def test_match_walks_the_chain_while_a_replica_holds_every_block():
+    holders = {"a": {0, 1}, "b": {1}, "c": {0, 1}}
+    got = match_counts([("a", 16), ("b", 16), ("c", 16)], lambda k: holders.get(k, ()))
+    assert got == {0: 16, 1: 48}
+
+
+def test_salt_and_adapter_change_every_block_hash():
+    toks = list(range(64))
+    plain = block_hash_chain(engine_namespace("m"), toks, 16)
+    salted = block_hash_chain(engine_namespace("m", "tenant-a"), toks, 16)
+    lora = block_hash_chain(engine_namespace("adapter-1"), toks, 16)
+    assert len(plain) == 4 and not set(plain) & set(salted) and not set(plain) & set(lora)
+
+
+def test_events_keep_the_index_equal_to_the_caches():
+    index: dict[int, set[int]] = {}
+
+    def apply(replica):
+        def f(kind, key):
+            (index.setdefault(key, set()).add if kind == "stored"
+             else index[key].discard)(replica)
+        return f
+    caches = [RadixLRU(3000, apply(r)) for r in range(2)]
+    rng = random.Random(1)
+    for _ in range(400):
+        segs = [(rng.randrange(5), 500), (rng.randrange(50), rng.randrange(50, 900))]
+        caches[rng.randrange(2)].insert(segs)
+    held = {(r, k) for r, c in enumerate(caches) for n, k in c.key.items() if n}
+    assert held == {(r, k) for k, rs in index.items() for r in rs}
+
+
+def test_kv_events_follows_sessions_the_gateway_cannot_name():
+    # deep prefix tree whose clients send no session id: rendezvous on the static prefix
+    # scatters each conversation's history; the events show where it lives
+    rows = shaped_workload("deep_tree", 2500, seed=5)
+    res = simulate(rows, SimParams(replicas=4, kv_tokens=120_000),
+                   ["sluice", "kv_events", "oracle"])["policies"]
+    assert res["kv_events"]["hit_rate"] >= res["sluice"]["hit_rate"] + 0.15, res
+    assert res["oracle"]["hit_rate"] - res["kv_events"]["hit_rate"] <= 0.05, res
