@@ -94,7 +94,11 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
     norm = _norm_messages(messages)
     last_user = max((i for i, m in enumerate(norm) if m.get("role") == "user"), default=len(norm))
     exact = _h([tenant, ph, sv, model, sampling, norm])
-    history = _h([norm[:last_user], sampling])
+    # Everything but the question's own text: the turns before it, the tool set, and an
+    # agent's turns after it (its tool calls and their results), so an answer given after
+    # one tool result is never a semantic match for a conversation with another.
+    after = norm[last_user + 1:]
+    history = _h([norm[:last_user], sampling, after] if after else [norm[:last_user], sampling])
     text = question_text(messages)
     if not fits_window(text):   # exact matches only: no semantic lookup, no entity scan
         return CacheKey(tenant, ph, sv, model, exact, history, text, _UNSCANNED, False)
