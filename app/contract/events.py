@@ -48,6 +48,13 @@ class LedgerEvent(TypedDict):
     adapter: str                 # the LoRA adapter that answered ("" for the base model)
     kind: NotRequired[str]       # request (default) | shadow (app.gateway.shadow: an
     #                              adapter's off-path run, never on the tenant's budget)
+    # What each stage saved against the frontier baseline (app.core.pricing.stage_savings),
+    # decimal strings; the five add up to baseline_cost_usd - cost_usd (0 when absent).
+    saved_cache_usd: NotRequired[str]
+    saved_routing_usd: NotRequired[str]
+    saved_minify_usd: NotRequired[str]
+    saved_prefix_usd: NotRequired[str]
+    saved_escalation_usd: NotRequired[str]   # <= 0: discarded low-margin attempts' cost
     payload: dict[str, Any]
 
 

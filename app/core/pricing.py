@@ -113,3 +113,66 @@ def book_cost(tiers: Sequence[Mapping[str, Any]], served: Mapping[str, Any] | No
         if served else Decimal(0)
     out = completion_tokens if baseline_completion_tokens is None else baseline_completion_tokens
     return cost, baseline_cost(tiers, prompt_tokens, out, at)
+
+
+# --- savings per stage ------------------------------------------------------------------
+
+# The ledger's per-stage columns (``saved_<stage>_usd``), in pipeline order.
+STAGES = ("cache", "routing", "minify", "prefix", "escalation")
+# A discarded attempt's reason -> the stage that paid for it (anything else: escalation).
+_ATTEMPT_STAGE = {"schema_retry": "minify", "low_margin": "escalation"}
+
+
+def stage_savings(tiers: Sequence[Mapping[str, Any]], served: Mapping[str, Any] | None,
+                  at: datetime | float | None, prompt_tokens: int, cached_tokens: int,
+                  completion_tokens: int, baseline_completion_tokens: int | None = None,
+                  attempts: Iterable[Mapping[str, Any]] = (), *, cache_hit: bool = False
+                  ) -> dict[str, Decimal]:
+    """What each pipeline stage saved on one request against the all-frontier baseline,
+    as ``book_cost`` books it (same tiers, instant and tokens), in ``STAGES`` order; each
+    stage is measured with the stages before it on (a waterfall), so the parts add up to
+    ``baseline - cost`` exactly:
+
+    - cache: a hit saved the whole baseline (it generated nothing);
+    - routing: the baseline minus the served tier's price for the same tokens (the
+      client's own output size, no prefix reuse): the tier choice, routed or named;
+    - minify: the output tokens key minification saved, at the served tier's output
+      price, less any schema retry it caused;
+    - prefix: the prompt tokens the engine reused, at the served tier's input price
+      less its cached-input price;
+    - escalation: minus what the discarded low-margin attempts cost (a cost, <= 0).
+
+    ``attempts``: the discarded attempts the booked cost includes (``cost_usd``, ``reason``).
+    Amounts are ledger-rounded (``costing.to_ledger``) and sum exactly to
+    ``to_ledger(baseline) - to_ledger(cost)``: any rounding residue goes to the largest
+    part."""
+    from app.core.costing import to_ledger
+    prompt = max(int(prompt_tokens or 0), 0)
+    cached = min(max(int(cached_tokens or 0), 0), prompt)
+    out = max(int(completion_tokens or 0), 0)
+    raw = out if baseline_completion_tokens is None else max(int(baseline_completion_tokens), 0)
+    baseline = baseline_cost(tiers, prompt, raw, at)
+    parts = {s: Decimal(0) for s in STAGES}
+    spent = Decimal(0)
+    for a in attempts:
+        c = _price({"c": a.get("cost_usd")}, "c")
+        parts[_ATTEMPT_STAGE.get(str(a.get("reason")), "escalation")] -= c
+        spent += c
+    if served is not None and not cache_hit:
+        at_raw = tier_cost(served, at, prompt, 0, raw)
+        at_out = tier_cost(served, at, prompt, 0, out)
+        served_cost = tier_cost(served, at, prompt, cached, out)
+        parts["routing"] += baseline - at_raw
+        parts["minify"] += at_raw - at_out
+        parts["prefix"] += at_out - served_cost
+        spent += served_cost
+    elif cache_hit:
+        parts["cache"] += baseline
+    else:  # nothing generated (a failure): its tokens' baseline was never spent on any tier
+        parts["routing"] += baseline
+    rounded = {s: to_ledger(v) for s, v in parts.items()}
+    residue = (to_ledger(baseline) - to_ledger(spent)) - sum(rounded.values(), Decimal(0))
+    if residue:
+        largest = max(STAGES, key=lambda s: (abs(parts[s]), -STAGES.index(s)))
+        rounded[largest] += residue
+    return rounded

@@ -108,6 +108,13 @@ class Rollup(db.Model):
     # The part of cost_usd that is a self-hosted pool's per-token estimate replaced by its
     # GPU-hour allocation (gpu_cost_usd): reports charge cost - pool_estimate + gpu_cost.
     pool_estimate_usd: Mapped[Decimal] = mapped_column(Money, default=0)
+    # Savings per pipeline stage (the ledger's saved_<stage>_usd summed, request rows only;
+    # app.core.pricing.stage_savings): migration 0013.
+    saved_cache_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_routing_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_minify_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_prefix_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_escalation_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
 
 
 TTFT_BUCKET_COLUMNS = tuple(f"ttft_b{i:02d}" for i in range(N_BUCKETS))  # migration 0004: 35

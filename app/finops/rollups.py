@@ -15,6 +15,9 @@ So a pool's cost for a month is exactly its GPU-hours x rate (idle hours include
 tenant 0), never that plus its token estimates. Without a rate for its GPU type the
 estimate stays the charge. ``cost_usd`` itself always equals the ledger's sum.
 
+Savings per stage (``saved_<stage>_usd``, app.core.pricing.stage_savings) are summed
+from request rows only, at token prices; the GPU-hour true-up is not spread over them.
+
 Shadow rows (kind ``shadow``: an adapter's off-path runs, ``app.gateway.shadow``) are
 no tenant's spend: rollups, and so every report and budget built on them, leave them
 out, and so does the reconcile's ledger side.
@@ -33,7 +36,7 @@ from app.core import costing
 from app.extensions import db
 from app.finops.histogram import N_BUCKETS, TTFT_BOUNDS
 from app.finops.models import TTFT_BUCKET_COLUMNS, GpuRate, Rollup
-from app.ledger.models import LedgerEntry
+from app.ledger.models import SAVED_COLUMNS, LedgerEntry
 from app.tenants.models import Tenant
 
 IDLE_WORKFLOW = "(idle)"
@@ -41,7 +44,8 @@ _LOCK_KEY = 91_0009  # pg_advisory_xact_lock key for rollup rebuilds
 _SUM_COLUMNS = ("requests", "cache_exact", "cache_semantic", "escalations", "prompt_tokens",
                 "cached_tokens", "completion_tokens", "raw_schema_output_tokens", "cost_usd",
                 "gpu_cost_usd", "baseline_cost_usd", "ttft_ms_sum", "ttft_count",
-                "cache_saved_usd", "adjustment_usd", "pool_estimate_usd", *TTFT_BUCKET_COLUMNS)
+                "cache_saved_usd", "adjustment_usd", "pool_estimate_usd", *SAVED_COLUMNS,
+                *TTFT_BUCKET_COLUMNS)
 _DIMS = ("tenant_id", "department", "tier", "workflow", "model")
 
 
@@ -122,7 +126,8 @@ def _hour_select(start: datetime, end: datetime):
         sa.func.coalesce(sa.func.sum(L.baseline_cost_usd), 0),
         sa.func.coalesce(sa.func.sum(ttft), 0.0), sa.func.count(ttft),
         sum_if(sa.and_(is_request, L.cache != "miss"), L.baseline_cost_usd),
-        sum_if(L.kind == "adjustment", L.cost_usd), sa.literal(0), *hist)
+        sum_if(L.kind == "adjustment", L.cost_usd), sa.literal(0),
+        *[sum_if(is_request, getattr(L, c)) for c in SAVED_COLUMNS], *hist)
         .select_from(L).outerjoin(Tenant, Tenant.id == L.tenant_id)
         .where(L.at >= start, L.at < end, L.kind != "shadow")
         .group_by(bucket, L.tenant_id, department, L.tier, L.workflow, L.model))
@@ -272,6 +277,8 @@ _CHECKED = {"requests": (sa.func.sum(sa.case((LedgerEntry.kind == "request", 1),
             "cost_usd": (sa.func.sum(LedgerEntry.cost_usd), "cost_usd"),
             "baseline_cost_usd": (sa.func.sum(LedgerEntry.baseline_cost_usd),
                                   "baseline_cost_usd"),
+            **{c: (sa.func.sum(sa.case((LedgerEntry.kind == "request", getattr(LedgerEntry, c)),
+                                       else_=0)), c) for c in SAVED_COLUMNS},
             "completion_tokens": (sa.func.sum(sa.case((LedgerEntry.cache == "miss",
                                                        LedgerEntry.completion_tokens),
                                                       else_=0)), "completion_tokens")}

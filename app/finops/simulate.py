@@ -105,6 +105,8 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
             cached, ttft = 0, round(rnd.uniform(2.0, 6.0), 2)
         cost, baseline = price(tier if cache == "miss" else None, at, prompt, cached,
                                completion, raw)
+        saved = _stage_savings(tier if cache == "miss" else None, at, prompt, cached,
+                               completion, raw, cost, baseline)
         yield {
             "request_id": f"{prefix}-{seed}-{i}", "kind": "request", "at": at,
             "tenant_id": wf.tenant_id, "workflow": wf.signature,
@@ -113,6 +115,7 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
             "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion,
             "cost_usd": cost, "baseline_cost_usd": baseline, "escalated": escalated,
             "ttft_ms": ttft, "latency_ms": round(ttft + completion * 0.9, 2),
+            **{f"saved_{k}_usd": v for k, v in saved.items()},
             "payload": {"request_id": f"{prefix}-{seed}-{i}",
                         "caching_and_routing_decision": {
                             "semantic_cache_hit": cache == "semantic",
@@ -126,6 +129,20 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
                             "request_cost_usd": str(cost),
                             "baseline_frontier_equivalent_cost_usd": str(baseline)}},
         }
+
+
+def _stage_savings(tier: SimTier | None, at: datetime, prompt: int, cached: int,
+                   completion: int, raw: int, cost: Decimal, baseline: Decimal
+                   ) -> dict[str, Decimal]:
+    """The row's per-stage savings (``pricing.stage_savings`` at the SimTier's prices),
+    with routing taking what makes them add up to the booked ``baseline - cost`` (a test's
+    pricer may book from the catalog, to the same prices)."""
+    parts = pricing.stage_savings([], tier.prices if tier else None, at, prompt, cached,
+                                  completion, raw, cache_hit=tier is None)
+    if tier is None:
+        return {**parts, "routing": Decimal(0), "cache": costing.to_ledger(baseline)}
+    rest = sum((v for k, v in parts.items() if k != "routing"), Decimal(0))
+    return {**parts, "routing": costing.to_ledger(baseline) - costing.to_ledger(cost) - rest}
 
 
 def default_tiers(price_change_at: datetime | None = None) -> list[SimTier]:

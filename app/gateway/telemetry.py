@@ -7,7 +7,7 @@ from decimal import Decimal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.contract.events import PROTOCOL, LedgerEvent
-from app.core.pricing import book_cost
+from app.core.pricing import STAGES, book_cost, stage_savings
 from app.gateway.context import RequestContext
 
 _LAT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -134,6 +134,9 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
                                prompt, cached, out,
                                baseline_completion_tokens=int(raw_out) if raw_out else None)
     cost += sum((Decimal(a["cost_usd"]) for a in ctx.attempts), Decimal(0))
+    saved = stage_savings(ctx.snapshot.all_tiers, tier if served else None, at, prompt, cached,
+                          out, int(raw_out) if raw_out else None, ctx.attempts,
+                          cache_hit=ctx.cache != "miss")
     tier_name = tier.get("name", "") if served else ""
     computed = max(prompt - cached, 0)
     record = {
@@ -161,6 +164,7 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
             "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": out,
             "request_cost_usd": f"{cost:f}",
             "baseline_frontier_equivalent_cost_usd": f"{baseline:f}",
+            "savings_by_stage_usd": {s: f"{v:f}" for s, v in saved.items()},
         },
         "attempts": ctx.attempts,
         # a router training trace (app.cascade.traces): S01's input and the tier served
@@ -192,5 +196,6 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
         "ttft_ms": record["token_and_latency_telemetry"]["time_to_first_token_ms"],
         "latency_ms": round(latency_ms, 3), "usage_source": record["usage_source"],
         "adapter": (ctx.adapter or "") if served else "", "kind": "request",
+        **{f"saved_{s}_usd": f"{saved[s]:f}" for s in STAGES},
         "payload": record,
     }

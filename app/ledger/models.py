@@ -11,6 +11,9 @@ from app.extensions import db
 from app.models_base import UTCDateTime, utcnow
 
 Money = Numeric(18, 10)
+# The per-stage savings columns, in app.core.pricing.STAGES order.
+SAVED_COLUMNS = ("saved_cache_usd", "saved_routing_usd", "saved_minify_usd",
+                 "saved_prefix_usd", "saved_escalation_usd")
 
 
 class LedgerEntry(db.Model):
@@ -52,5 +55,14 @@ class LedgerEntry(db.Model):
                                               server_default="upstream")
     # The LoRA adapter that generated the answer ("" for the base model)
     adapter: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # Savings per pipeline stage against the frontier baseline (app.core.pricing.
+    # stage_savings; STAGES order); they add up to baseline_cost_usd - cost_usd on a
+    # gateway row (0 on adjustments, shadow runs and rows booked before migration 0013).
+    saved_cache_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_routing_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_minify_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    saved_prefix_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    # <= 0: what the discarded low-margin attempts cost (a margin escalation is a cost)
+    saved_escalation_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
     # The full seed-6.2-shaped telemetry record.
     payload: Mapped[dict] = mapped_column(JSON, default=dict)

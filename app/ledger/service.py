@@ -23,7 +23,7 @@ from flask import current_app
 from app.contract import budget as budget_counters
 from app.contract.events import FeedbackEvent, LedgerEvent
 from app.extensions import db
-from app.ledger.models import LedgerEntry
+from app.ledger.models import SAVED_COLUMNS, LedgerEntry
 from app.models_base import utcnow
 
 log = logging.getLogger(__name__)
@@ -73,6 +73,8 @@ def row_from_event(ev: LedgerEvent) -> dict[str, Any]:
     row["kind"] = kind
     row["cost_usd"] = Decimal(str(ev.get("cost_usd") or 0))
     row["baseline_cost_usd"] = Decimal(str(ev.get("baseline_cost_usd") or 0))
+    for col in SAVED_COLUMNS:
+        row[col] = Decimal(str(ev.get(col) or 0))
     row["at"] = datetime.fromisoformat(ev["at"]) if ev.get("at") else utcnow()
     row["payload"] = ev.get("payload") or {}
     return row

@@ -53,3 +53,51 @@ def test_schedule_price_applies_from_its_instant_on():
     assert tier_cost(tier, t1, 1000, 0, 1000) == Decimal("0.00016")
     assert baseline_cost([T1, {**T3, "rank": 4, "price_schedule": tier["price_schedule"]}],
                          1000, 1000, t1) == Decimal("0.00016")
+
+
+# --- savings per stage (issue 24) ------------------------------------------------------
+
+T2 = {"name": "tier-2", "rank": 2, "price_input_per_m": "0.35",
+      "price_cached_input_per_m": "0.0875", "price_output_per_m": "1.05"}
+
+
+def test_stage_savings_waterfall_on_a_served_request():
+    from app.core.pricing import book_cost, stage_savings
+    low = {"reason": "low_margin", "cost_usd": "0.0000123"}
+    got = stage_savings([T1, T2, T3], T2, None, 1000, 400, 120, 200, [low])
+    assert got["routing"] == baseline_cost([T3], 1000, 200) - request_cost(T2, 1000, 0, 200)
+    assert got["minify"] == 80 * Decimal("1.05") / 1_000_000       # 80 output tokens saved
+    assert got["prefix"] == 400 * (Decimal("0.35") - Decimal("0.0875")) / 1_000_000
+    assert got["escalation"] == Decimal("-0.0000123") and got["cache"] == 0
+    cost, baseline = book_cost([T1, T2, T3], T2, None, 1000, 400, 120, 200)
+    assert sum(got.values()) == baseline - (cost + Decimal("0.0000123"))
+
+
+def test_stage_savings_cache_hit_and_schema_retry():
+    from app.core.pricing import stage_savings
+    hit = stage_savings([T1, T3], None, None, 500, 0, 50, cache_hit=True)
+    assert hit["cache"] == baseline_cost([T3], 500, 50)
+    assert sum(hit.values()) == hit["cache"]
+    retry = stage_savings([T1, T3], T1, None, 500, 0, 50, 60,
+                          [{"reason": "schema_retry", "cost_usd": "0.00001"}])
+    assert retry["minify"] == 10 * Decimal("0.18") / 1_000_000 - Decimal("0.00001")
+    assert retry["escalation"] == 0
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**5),
+       st.integers(0, 10**5), st.lists(st.decimals("0", "0.5", places=12), max_size=3),
+       st.sampled_from([None, "T1", "T2", "T3"]))
+def test_stage_savings_add_up_to_the_ledger_rounded_saving(prompt, cached, out, extra,
+                                                             attempts, served):
+    from app.core.costing import to_ledger
+    from app.core.pricing import STAGES, book_cost, stage_savings
+    tier = {"T1": T1, "T2": T2, "T3": T3}.get(served or "")
+    tiers = [T1, T2, T3]
+    tries = [{"reason": "low_margin", "cost_usd": str(a)} for a in attempts]
+    got = stage_savings(tiers, tier, None, prompt, cached, out, out + extra, tries,
+                        cache_hit=tier is None)
+    assert list(got) == list(STAGES)
+    cost, baseline = book_cost(tiers, tier, None, prompt, cached, out, out + extra)
+    cost += sum(attempts, Decimal(0))
+    assert sum(got.values()) == to_ledger(baseline) - to_ledger(cost)
+    assert all(v == to_ledger(v) for v in got.values())

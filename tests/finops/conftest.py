@@ -65,8 +65,8 @@ def book_through_ledger(rows, chunk=500):
     drain_stream(max_batches=100)  # anything other tests left on the shared stream ...
     db.session.execute(sa.delete(LedgerEntry))  # ... is not this month's traffic
     db.session.commit()
-    events = [{**r, "at": r["at"].isoformat(), "cost_usd": f"{r['cost_usd']:f}",
-               "baseline_cost_usd": f"{r['baseline_cost_usd']:f}"} for r in rows]
+    events = [{**r, **{k: f"{v:f}" for k, v in r.items() if k.endswith("_usd")},
+               "at": r["at"].isoformat()} for r in rows]
     r, stream = get_redis(), keys().ledger_stream()
     for i in range(0, len(events), chunk):
         r.xadd(stream, {"b": orjson.dumps(events[i:i + chunk])})
