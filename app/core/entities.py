@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from app.core import entity_lexicon as _lex
-from app.core.entity_parse import DIGIT_RE, TOKEN_RE, analyse, is_common, strip_contraction
+from app.core.entity_parse import (ASSOCIATIVE, DIGIT_RE, FRAMES, TOKEN_RE, analyse, is_common,
+                                   strip_contraction)
 
 COMMON_WORDS = _lex.COMMON_WORDS
 LEXICON = _lex.LEXICON
@@ -42,9 +43,42 @@ def normalise_text(text: str) -> str:
 
 
 @lru_cache(maxsize=512)
-def _analysed(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    items, roles, order = analyse(normalise_text(text))
-    return tuple(sorted(items)), tuple(sorted(roles)), tuple(dict.fromkeys(order))
+def _analysed(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], int]:
+    items, roles, order, loose = analyse(normalise_text(text))
+    return tuple(sorted(items)), tuple(sorted(roles)), tuple(dict.fromkeys(order)), loose
+
+
+# Items of ordinary words that shape a question without naming anything: question words,
+# quantifiers, modals, pronouns, "or". They are compared (``profiles_compatible``, and the
+# verifier in ``app.core.cache_verify`` reads them through a rewording), but they are not in
+# the signature hash, so "How many employees ..." and "What is the number of employees ..."
+# reach the same bucket. Entities (ids, numbers, names, dates, units, currencies, negations,
+# bounds, directions) and the roles of entities are in the hash.
+SOFT_CATEGORIES = ("wh", "q", "mod", "pr", "conj")
+
+
+def _is_soft_item(item: str) -> bool:
+    return item.split(":", 1)[0] in SOFT_CATEGORIES
+
+
+def _is_soft_role(role: str, loose: int) -> bool:
+    """A phrase with no entity in it ("from>^staging": its head is an ordinary word), or the
+    one entity that stands bare or after "of"/"for"/"on"... ("the revenue of Acme" / "how
+    much did Acme make"): nothing else could take its role."""
+    if ">^" in role:
+        return True
+    return loose <= 1 and role.split(">", 1)[0] in ASSOCIATIVE
+
+
+@lru_cache(maxsize=512)
+def _split(text: str) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(hard items, hard roles, soft items and roles) of ``text``."""
+    items, roles, _, loose = _analysed(text)
+    hard = tuple(i for i in items if not _is_soft_item(i))
+    hard_roles = tuple(r for r in roles if not _is_soft_role(r, loose))
+    soft = tuple(sorted([i for i in items if _is_soft_item(i)]
+                        + [r for r in roles if _is_soft_role(r, loose)]))
+    return hard, hard_roles, soft
 
 
 def entity_signature(text: str) -> tuple[str, ...]:
@@ -59,9 +93,16 @@ def entity_roles(text: str) -> tuple[str, ...]:
 
 
 def entity_signature_hash(text: str) -> str:
-    """Hash of the entities and their roles: what must match exactly before any vector math."""
-    items, roles, _ = _analysed(text)
+    """Hash of the entities and their roles: what must match exactly before any vector math.
+    Ordinary words' items (``SOFT_CATEGORIES``) are left out: see ``soft_items``."""
+    items, roles, _ = _split(text)
     return hashlib.sha256("\x1f".join((*items, "\x1e", *roles)).encode()).hexdigest()[:32]
+
+
+def soft_items(text: str) -> tuple[str, ...]:
+    """The question words, quantifiers, modals, pronouns and entity-free phrase heads of
+    ``text``: compared, not hashed."""
+    return _split(text)[2]
 
 
 _NOT_CONTENT = frozenset(LEXICON) | frozenset(_lex.UNIT_CANON) | frozenset(_lex.NUMBER_WORDS) \
@@ -125,10 +166,18 @@ need want like help question answer info information details detail say said ask
 is's""".split())
 
 
+def canon_spelling(word: str) -> str:
+    """British -ise/-isation read as -ize/-ization ("summarise" = "summarize")."""
+    if "is" not in word:
+        return word
+    return word.replace("isation", "ization").replace("ise", "ize")
+
+
 def content_words(text: str) -> frozenset[str]:
-    """Common content words (folded, plural -s dropped): what a word swap would change."""
+    """Common content words (folded, plural -s dropped): what a word swap would change.
+    Greetings and request frames ("Hi team,", "could you") are not read."""
     out: set[str] = set()
-    for m in _TOKEN_RE.finditer(normalise_text(text)):
+    for m in _TOKEN_RE.finditer(FRAMES.sub(" ", normalise_text(text))):
         if m.lastgroup != "word":
             continue
         tok = _strip_contraction(m.group())
@@ -139,7 +188,7 @@ def content_words(text: str) -> frozenset[str]:
                 continue
             if len(part) > 3 and part.endswith("s") and not part.endswith("ss"):
                 part = part[:-1]
-            out.add(part)
+            out.add(canon_spelling(part))
     return frozenset(out)
 
 
@@ -154,12 +203,30 @@ def content_order(text: str) -> tuple[str, ...]:
     return _analysed(text)[2]
 
 
+def _positions(order: tuple[str, ...]) -> dict[str, int]:
+    """Word -> the position of its group ("afterward+list" is two words at one place)."""
+    pos: dict[str, int] = {}
+    for i, group in enumerate(order):
+        for w in group.split("+"):
+            pos.setdefault(canon_spelling(w), i)
+    return pos
+
+
 def content_order_agrees(a: tuple[str, ...] | None, b: tuple[str, ...] | None) -> bool:
-    """The words both sides have come in the same order (added words are fine)."""
+    """The words both sides have come in the same order (added words are fine; words of one
+    coordinated group are unordered among themselves). Words inside a group count one by one:
+    "sorts the list and afterwards removes duplicates" is not "removes duplicates and
+    afterwards sorts the list"."""
     if a is None or b is None:
         return True
-    shared = set(a) & set(b)
-    return [w for w in a if w in shared] == [w for w in b if w in shared]
+    pa, pb = _positions(a), _positions(b)
+    shared = [w for w in pa if w in pb]
+    for i, x in enumerate(shared):
+        for y in shared[i + 1:]:
+            da, db = pa[x] - pa[y], pb[x] - pb[y]
+            if da and db and (da > 0) != (db > 0):
+                return False
+    return True
 
 
 _DATA_UNIT = re.compile(r"(?<![^\W\d_])([kmgtpe]i?)(b)(ps|/s|it|its|yte|ytes)?(?![^\W\d_])",
@@ -204,32 +271,39 @@ class EntityProfile:
     content: frozenset[str]
     units: tuple[tuple[str, str], ...] | None = None
     order: tuple[str, ...] | None = None
+    soft: tuple[str, ...] | None = None    # ``soft_items``; None: not known (an old record)
 
     def to_dict(self) -> dict:
         return {"sig": self.signature_hash,
                 "cased": None if self.cased is None else sorted(self.cased),
                 "content": sorted(self.content),
                 "units": None if self.units is None else [list(u) for u in self.units],
-                "order": None if self.order is None else list(self.order)}
+                "order": None if self.order is None else list(self.order),
+                "soft": None if self.soft is None else list(self.soft)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "EntityProfile":
-        cased, units, order = d.get("cased"), d.get("units"), d.get("order")
+        cased, units, order, soft = d.get("cased"), d.get("units"), d.get("order"), d.get("soft")
         return cls(d["sig"], None if cased is None else frozenset(cased),
                    frozenset(d.get("content") or ()),
                    None if units is None else tuple(tuple(u) for u in units),
-                   None if order is None else tuple(order))
+                   None if order is None else tuple(order),
+                   None if soft is None else tuple(soft))
 
 
 def entity_profile(text: str) -> EntityProfile:
     return EntityProfile(entity_signature_hash(text), cased_names(text), content_words(text),
-                         cased_units(text), content_order(text))
+                         cased_units(text), content_order(text), soft_items(text))
 
 
 def profiles_compatible(a: EntityProfile, b: EntityProfile) -> bool:
-    """The whole guard: same signature (entities and roles), casing of names and data units
-    does not contradict, no content-word swap, shared content words in the same order."""
-    return (a.signature_hash == b.signature_hash and cased_names_agree(a.cased, b.cased)
+    """The whole guard, word for word: same signature (entities and roles), the same question
+    words, quantifiers, modals and pronouns, casing of names and data units does not
+    contradict, no content-word swap, shared content words in the same order. A rewording
+    that fails only the word-for-word parts is the verifier's to judge
+    (``app.core.cache_verify``)."""
+    return (a.signature_hash == b.signature_hash and a.soft is not None and a.soft == b.soft
+            and cased_names_agree(a.cased, b.cased)
             and cased_units_agree(a.units, b.units)
             and content_compatible(a.content, b.content)
             and content_order_agrees(a.order, b.order))

@@ -52,6 +52,10 @@ _COMPARISONS = _lex("cmp", """before after more less fewer greater higher lower 
 over under least most max maximum min minimum increase decrease longer shorter bigger smaller
 larger older newer faster slower cheaper earlier later exceed within between since until till
 beyond exactly approximately roughly equal plus minus up down""")
+# Bounds read alike whichever word says them ("more than 5" = "over 5" = "above 5").
+_COMPARISONS.update({w: "cmp:gt" for w in ("more", "over", "above", "greater", "exceed",
+                                            "exceeds", "beyond")})
+_COMPARISONS.update({w: "cmp:lt" for w in ("less", "fewer", "under", "below")})
 _COMPARISONS.update({"greatest": "cmp:most", "highest": "cmp:most", "lowest": "cmp:least",
                      "largest": "cmp:most", "smallest": "cmp:least", "biggest": "cmp:most",
                      "exceeds": "cmp:exceed", "worse": "cmp:worse", "better": "cmp:better",
@@ -69,7 +73,7 @@ unlock create delete send receive credit debit deposit withdraw inbound outbound
 activate deactivate subscribe unsubscribe increment decrement insert drop read write load
 unload enter exit hire fire raise lower pass fail succeed success failure true false on off
 in out inc dec positive negative left right""")
-_DIRECTIONS.update({"sold": "dir:sell", "bought": "dir:buy", "sent": "dir:send",
+_DIRECTIONS.update({"purchase": "dir:buy", "sold": "dir:sell", "bought": "dir:buy", "sent": "dir:send",
                     "lost": "dir:lose", "won": "dir:win", "logged": "dir:login",
                     "log-in": "dir:login", "log-out": "dir:logout"})
 for _w in ("in", "on", "left", "right", "pass", "raise", "lower"):
@@ -192,7 +196,9 @@ notion asana hubspot zendesk intercom workday servicenow tableau looker excel ou
 teams sharepoint onedrive iphone ipad pixel galaxy tesla uber lyft airbnb netflix spotify
 walmart target costco ebay alibaba tencent baidu huawei xiaomi
 hipaa gdpr ccpa cpra sox pci dss soc iso nist fips fedramp glba coppa ferpa dora nis lgpd pipeda
-hitrust cmmc itar ear""" 
+hitrust cmmc itar ear
+python java javascript typescript rust kotlin ruby php scala haskell perl golang elixir erlang
+clojure fortran cobol matlab julia lua dart swift csharp cpp ocaml fsharp groovy powershell"""
 
 _NAMED = {w: f"name:{w}" for w in (_PLACES + " " + _VENDORS).split()}
 

@@ -42,8 +42,11 @@ _SUFFIXES = ("ing", "ed", "es", "s", "d", "ly", "er")
 # Request frames and pleasantries carry no meaning but would add pronoun, modal, time or
 # role items ("good morning", "thanks in advance", "can you ...").
 _CLAUSE_START = r"(?:^|(?<=[,.!?:;]\ )|(?<=please\ )|(?<=^hi\ )|(?<=^hey\ )|(?<=^hello\ ))"
+_GREETING = r"""(?:hi|hello|hey|hiya|dear|greetings|morning|good\ (?:morning|afternoon|evening|day))
+    (?:\ (?:team|all|everyone|everybody|folks|there|colleagues|guys|friends|y'all))?\ ?[,!:.]"""
 _FRAMES = re.compile(rf"""
-    \b(?:can|could|would|will)\ you\ (?:please\ |kindly\ )?(?:tell|show|give|let)\ me\b
+    ^{_GREETING}
+  |    \b(?:can|could|would|will)\ you\ (?:please\ |kindly\ )?(?:tell|show|give|let)\ me\b
   | {_CLAUSE_START}(?:can|could|would|will)\ you\ (?:please\ |kindly\ )?(?=\w)
   | \b(?:i(?:\ would|'d)\ like\ to\ know|i\ want\ to\ know|i\ was\ wondering|i\ wonder
       |just\ wondering|do\ you\ know|let\ me\ know|tell\ me|thank\ you|thanks|thx
@@ -65,6 +68,8 @@ def lemma_candidates(word: str) -> tuple[str, ...]:
                 out.append(base[:-1])
             if base.endswith("i"):  # studies -> study
                 out.append(base[:-1] + "y")
+    if "is" in word:  # British spelling: summarise, organisation, normalised
+        out += [w.replace("isation", "ization").replace("ise", "ize") for w in out if "is" in w]
     return tuple(out)
 
 
@@ -165,6 +170,9 @@ def _word_class(word: str, items: list[str]) -> str:
     if any(i.split(":", 1)[0] in _ENTITY_CATS for i in items):
         return "entity"
     return "content"
+
+
+FRAMES = _FRAMES
 
 
 def _atoms(norm: str) -> list[Atom]:
@@ -355,19 +363,32 @@ def _head(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
-def _roles(atoms: list[Atom]) -> tuple[list[str], list[str]]:
-    """Preposition-tagged items and the order of the entities outside any phrase; and the
+# Prepositions that say whose or about what ("the revenue of Acme", "the warranty on SKU-1",
+# "the price for Acme"): with one such entity in a question, it is the same entity as the
+# bare subject of a rewording ("how much revenue did Acme make").
+ASSOCIATIVE = frozenset({"of", "for", "on", "about", "regarding", "concerning"})
+
+
+def _roles(atoms: list[Atom]) -> tuple[list[str], list[str], int]:
+    """Preposition-tagged items and the order of the entities outside any phrase; the
     plain content words outside any phrase, in order ("dog chase cat"), coordinated ones
-    ("latency and throughput") as one sorted group."""
+    ("latency and throughput") as one sorted group; and how many entity groups stand bare or
+    in an ``ASSOCIATIVE`` phrase (with at most one, its role cannot be confused with
+    another's)."""
     roles: list[str] = []
     groups: list[list[str]] = []           # bare entities in order; coordinated ones together
     words: list[list[str]] = []            # bare plain content words, grouped the same way
     prep, phrase, head = None, [], None    # the open phrase
     coord = False                          # an "and"/"or" just passed
+    glued = False                          # the last atom was an entity of the open phrase
+
+    loose = 0
 
     def close() -> None:
-        nonlocal prep, phrase, head
+        nonlocal prep, phrase, head, loose
         if prep is not None:
+            if phrase and prep in ASSOCIATIVE:
+                loose += 1
             if phrase:
                 roles.extend(f"{prep}>{item}" for atom_items in phrase for item in atom_items)
             elif head:
@@ -375,6 +396,7 @@ def _roles(atoms: list[Atom]) -> tuple[list[str], list[str]]:
         prep, phrase, head = None, [], None
 
     for a in atoms:
+        was_glued, glued = glued, False
         if a.cls == "prep":
             close()
             prep, coord = a.text, False
@@ -397,8 +419,10 @@ def _roles(atoms: list[Atom]) -> tuple[list[str], list[str]]:
                     words.append([_head(a.text)])
             coord = False
         else:  # entity
-            if prep is not None and (not phrase or coord):
+            # "in Q1 2025": entities next to each other stay in the phrase they start
+            if prep is not None and (not phrase or coord or was_glued):
                 phrase.append(a.items)
+                glued = True
             else:
                 close()
                 if coord and groups:
@@ -409,11 +433,12 @@ def _roles(atoms: list[Atom]) -> tuple[list[str], list[str]]:
     close()
     if len(groups) >= 2:
         roles.append("seq:" + ">".join("+".join(sorted(g)) for g in groups))
-    return roles, ["+".join(sorted(g)) for g in words]
+    return roles, ["+".join(sorted(g)) for g in words], loose + len(groups)
 
 
-def analyse(norm: str) -> tuple[list[str], list[str], list[str]]:
-    """(entity items, role items, bare content-word order) of case-folded text."""
+def analyse(norm: str) -> tuple[list[str], list[str], list[str], int]:
+    """(entity items, role items, bare content-word order, loose entity groups: see
+    ``_roles``) of case-folded text."""
     atoms = _quantities(_dates(_numbers(_atoms(norm))))
     items = [item for a in atoms for item in a.items]
     return items, *_roles(atoms)
