@@ -87,6 +87,20 @@ class Keys:
     def budget_booking_lock(self) -> str:
         return self.k("budget", "booking_lock")
 
+    def budget_holds(self, instance: str) -> str:
+        """Hash request_id -> "<reserved key>|<micro>|<deadline epoch>": the budget holds
+        one gateway instance has out (``app.contract.leases``)."""
+        return self.k("budget", "holds", instance)
+
+    # --- gateway instances (leases: a hold lives while its owner's heartbeat does) ---
+    def gateway_instances(self) -> str:
+        """Set of gateway instance ids that have (or had) holds out."""
+        return self.k("gateway", "instances")
+
+    def gateway_alive(self, instance: str) -> str:
+        """A gateway instance's heartbeat (short TTL, renewed while it runs)."""
+        return self.k("gateway", instance, "alive")
+
     # --- replicas (gateways count load; node workers write stats) --------------------
     def replica_inflight(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "inflight")
@@ -96,6 +110,16 @@ class Keys:
 
     def replica_stats(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "stats")
+
+    def replica_kv_blocks(self, replica_id: object) -> str:
+        """Set of the block hashes (first 8 bytes) replica ``replica_id`` holds, from its
+        KV events (``app.contract.kv_index``); expires when its subscriber stops."""
+        return self.k("replica", replica_id, "kv", "blocks")
+
+    def replica_kv_state(self, replica_id: object) -> str:
+        """Hash of the KV-event subscriber's view of a replica: last seq, last event time,
+        resyncs, stored/removed counts."""
+        return self.k("replica", replica_id, "kv", "state")
 
     def replica_supervisor(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "supervisor")

@@ -21,6 +21,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-loras", type=int, default=4)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--enable-prompt-tokens-details", action="store_true")
+    p.add_argument("--kv-events-config", default="",
+                   help="vLLM's JSON: publish KV-cache events over ZMQ (app.engine.kv_events)")
     p.add_argument("--enable-auto-tool-choice", action="store_true",
                    help="tool_choice 'auto' (needs --tool-call-parser), as in vLLM")
     p.add_argument("--tool-call-parser", default="", choices=["", "hermes"],
@@ -40,13 +42,22 @@ def build_app(args: argparse.Namespace):
             torch.set_num_threads(args.threads)
         return Engine(resolve_model_path(args.model), name,
                       max_prefix_tokens=args.max_prefix_tokens, block_size=args.block_size,
-                      max_model_len=args.max_model_len)
+                      max_model_len=args.max_model_len, kv_events=_kv_events(args, name))
     opts = ServerOptions(served_model_name=name,
                          enable_prompt_tokens_details=args.enable_prompt_tokens_details,
                          max_loras=args.max_loras,
                          enable_auto_tool_choice=args.enable_auto_tool_choice,
                          tool_call_parser=args.tool_call_parser)
     return create_app(load, opts)
+
+
+def _kv_events(args: argparse.Namespace, name: str):
+    from app.engine import kv_events
+    cfg = kv_events.parse_config(args.kv_events_config)
+    if cfg is None:
+        return None
+    return kv_events.CacheEvents(kv_events.ZmqEventPublisher.from_config(cfg), args.block_size,
+                                 name)
 
 
 def main(argv: list[str] | None = None) -> int:

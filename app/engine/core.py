@@ -54,7 +54,8 @@ class Job:
 class Engine:
     def __init__(self, model_path: Path, served_model_name: str, *,
                  max_prefix_tokens: int = 32768, block_size: int = 16,
-                 max_model_len: int = 8192) -> None:
+                 max_model_len: int = 8192, kv_events: Any = None) -> None:
+        """``kv_events``: a ``kv_events.CacheEvents`` the prefix cache publishes to."""
         from app.engine.model import load
         self.served_model_name = served_model_name
         self.tokenizer, self.base = load(model_path)
@@ -62,7 +63,9 @@ class Engine:
                                  getattr(self.base.config, "max_position_embeddings", max_model_len))
         self.peft = None  # peft.PeftModel once an adapter is loaded
         self.adapters: dict[str, str] = {}  # lora_name -> path
-        self.prefix_cache = PrefixCache(max_prefix_tokens, block_size)
+        self.prefix_cache = PrefixCache(max_prefix_tokens, block_size, kv_events)
+        if kv_events is not None:
+            kv_events.cleared()   # a (re)started engine holds no block of any earlier run
         self.metrics = EngineMetrics(served_model_name)
         self._grammar_compiler = None
         self._grammars: dict[str, Any] = {}

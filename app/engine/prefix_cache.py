@@ -5,26 +5,21 @@ chain over the namespace (model or adapter, cache salt) and tokens[0 : (j+1)*B],
 vLLM's automatic prefix caching does. An entry holds the per-layer KV of one prompt's
 block-aligned prefix; any later prompt that shares the first j blocks reuses the first
 j*B positions of that entry.
+
+With ``events`` (``app.engine.kv_events.CacheEvents``) the cache publishes its block
+changes as vLLM's KV events: the hashes it starts to hold (``BlockStored``), the ones it
+no longer holds (``BlockRemoved``) and a clear (``AllBlocksCleared``). The hash chain is
+``app.core.kv_routing.block_hash_chain``, the one the gateway computes to match them.
 """
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from app.core.kv_routing import block_hash_chain as block_hashes
+
 KV = list[tuple[Any, Any]]  # per layer (keys, values), shape [1, heads, seq, head_dim]
-
-
-def block_hashes(namespace: str, tokens: Sequence[int], block_size: int) -> list[bytes]:
-    out: list[bytes] = []
-    prev = hashlib.sha256(namespace.encode()).digest()
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hashlib.sha256(prev)
-        h.update(",".join(map(str, tokens[start:start + block_size])).encode())
-        prev = h.digest()
-        out.append(prev)
-    return out
 
 
 @dataclass
@@ -35,9 +30,10 @@ class _Entry:
 
 
 class PrefixCache:
-    def __init__(self, max_tokens: int, block_size: int = 16) -> None:
+    def __init__(self, max_tokens: int, block_size: int = 16, events: Any = None) -> None:
         self.max_tokens = max(0, int(max_tokens))
         self.block_size = block_size
+        self.events = events
         self._entries: OrderedDict[int, _Entry] = OrderedDict()
         self._by_hash: dict[bytes, int] = {}
         self._next_id = 0
@@ -73,25 +69,53 @@ class PrefixCache:
         if known is not None:
             self._entries.move_to_end(known)
             return n
+        removed: list[bytes] = []
         while self.tokens + n > self.max_tokens and self._entries:
-            self._evict_oldest()
+            removed += self._evict_oldest()
         entry_id = self._next_id
         self._next_id += 1
         self._entries[entry_id] = _Entry(n, [(k[:, :, :n], v[:, :, :n]) for k, v in kv], hashes)
+        new = [h not in self._by_hash for h in hashes]
         for h in hashes:
             self._by_hash[h] = entry_id
         self.tokens += n
+        if self.events is not None:
+            self._publish(namespace, tokens, hashes, new, removed)
         return n
+
+    def _publish(self, namespace: str, tokens: Sequence[int], hashes: list[bytes],
+                 new: list[bool], removed: list[bytes]) -> None:
+        # runs of consecutive new blocks, each with the block before it as parent
+        runs, j, b = [], 0, self.block_size
+        while j < len(hashes):
+            if not new[j]:
+                j += 1
+                continue
+            start = j
+            while j < len(hashes) and new[j]:
+                j += 1
+            runs.append((hashes[start - 1] if start else None, hashes[start:j],
+                         [int(t) for t in tokens[start * b:j * b]]))
+        stored = set(hashes)
+        gone = [h for h in removed if h not in stored]
+        self.events.publish(self.events.removed(gone)
+                            + self.events.stored(runs, namespace.split("\x00", 1)[0]))
 
     def clear(self) -> None:
         """Forget everything (an adapter unload makes its KV stale; unloads are rare)."""
         self._entries.clear()
         self._by_hash.clear()
         self.tokens = 0
+        if self.events is not None:
+            self.events.cleared()
 
-    def _evict_oldest(self) -> None:
+    def _evict_oldest(self) -> list[bytes]:
+        """Drops the least recent entry; returns the block hashes no longer held."""
         entry_id, entry = self._entries.popitem(last=False)
+        gone = []
         for h in entry.hashes:
             if self._by_hash.get(h) == entry_id:
                 del self._by_hash[h]
+                gone.append(h)
         self.tokens -= entry.tokens
+        return gone

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from workers.pools.vllm_cmd import build_command, validate_options
+from workers.pools.vllm_cmd import build_command, kv_event_endpoints, validate_options
 
 TIER1 = {"name": "tier1-8b", "engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct",
          "served_model_name": "llama-3.1-8b", "base_port": 8000, "gpus_per_replica": 1,
@@ -89,7 +89,8 @@ def test_prefill_decode_split_pair(role, index, port, side):
         "--kv-transfer-config", '{"kv_connector":"NixlConnector","kv_role":"kv_both"}',
         "--kv-events-config",
         '{"enable_kv_cache_events":true,"endpoint":"tcp://*:%d","publisher":"zmq",'
-        '"topic":"kv@llama-3.3-70b-%d"}' % (5557 + index, index),
+        '"replay_endpoint":"tcp://*:%d","topic":"kv@llama-3.3-70b-%d"}'
+        % (5557 + index, 5657 + index, index),
         "--enable-prompt-tokens-details",
         "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
     assert env == {"CUDA_VISIBLE_DEVICES": "0,1" if index == 0 else "2,3",
@@ -139,3 +140,22 @@ def test_tool_call_parser_follows_the_model_family_unless_set():
     assert flags("some-org/unknown-model", tool_call_parser="pythonic")[2] == "pythonic"
     assert flags("meta-llama/Llama-3.1-8B-Instruct", tool_call_parser=False) == []
     assert validate_options({"tool_call_parser": "my_plugin"}) != {}
+
+
+def test_reference_engine_publishes_kv_events_like_vllm():
+    pool = {"name": "tier1-small", "engine": "reference", "model": "smollm2",
+            "served_model_name": "smollm2-135m-instruct", "base_port": 8500,
+            "options": {"kv_events": True}}
+    argv, _ = build_command(pool, 2, python="/venv/bin/python")
+    # the very JSON vLLM gets (test_prefill_decode_split_pair), one port pair per replica
+    at = argv.index("--kv-events-config")
+    assert argv[at + 1] == ('{"enable_kv_cache_events":true,"endpoint":"tcp://*:5559",'
+                            '"publisher":"zmq","replay_endpoint":"tcp://*:5659",'
+                            '"topic":"kv@smollm2-135m-instruct-2"}')
+    assert argv[:at] == ["/venv/bin/python", "-m", "app.engine", "--model", "smollm2",
+                         "--served-model-name", "smollm2-135m-instruct", "--host",
+                         "127.0.0.1", "--port", "8502", "--max-prefix-tokens", "32768"]
+    assert kv_event_endpoints(pool, 2, "10.0.0.5") == {
+        "endpoint": "tcp://10.0.0.5:5559", "replay": "tcp://10.0.0.5:5659",
+        "topic": "kv@smollm2-135m-instruct-2"}
+    assert kv_event_endpoints({**pool, "options": {}}, 2, "10.0.0.5") == {}

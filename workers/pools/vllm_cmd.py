@@ -32,7 +32,8 @@ from typing import Any, Mapping
 from workers.pools import engine_options
 
 NIXL_SIDE_CHANNEL_BASE = 5600
-KV_EVENTS_BASE = 5557
+KV_EVENTS_BASE = 5557          # PUB socket of replica i: KV_EVENTS_BASE + i
+KV_EVENTS_REPLAY_BASE = 5657   # ROUTER socket answering replay requests: + i
 
 
 def _json(value: Any) -> str:
@@ -173,16 +174,36 @@ def _vllm(pool: Mapping[str, Any], o: dict, index: int, host: str) -> tuple[list
         base = int(pd.get("side_channel_port", NIXL_SIDE_CHANNEL_BASE))
         env["VLLM_NIXL_SIDE_CHANNEL_PORT"] = str(base + index)
         env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = host
-    events = o.get("kv_events")
-    if events:
-        cfg = dict(events) if isinstance(events, Mapping) else {}
-        argv += ["--kv-events-config", _json({
-            "enable_kv_cache_events": True, "publisher": cfg.get("publisher", "zmq"),
-            "endpoint": cfg.get("endpoint", f"tcp://*:{KV_EVENTS_BASE + index}"),
-            "topic": cfg.get("topic", f"kv@{_served_name(pool)}-{index}")})]
+    if o.get("kv_events"):
+        argv += ["--kv-events-config", _json(kv_events_config(pool, index))]
     if o.get("enable_prompt_tokens_details", True):
         argv.append("--enable-prompt-tokens-details")
     return argv, env
+
+
+def kv_events_config(pool: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """vLLM's ``--kv-events-config`` of replica ``index`` (the reference engine takes the
+    same JSON): a ZMQ PUB socket and a ROUTER socket for replays, one port each per
+    replica, so a subscriber that sees a sequence gap asks for the missed batches."""
+    events = (pool.get("options") or {}).get("kv_events")
+    cfg = dict(events) if isinstance(events, Mapping) else {}
+    return {"enable_kv_cache_events": True, "publisher": cfg.get("publisher", "zmq"),
+            "endpoint": cfg.get("endpoint", f"tcp://*:{KV_EVENTS_BASE + index}"),
+            "replay_endpoint": f"tcp://*:{KV_EVENTS_REPLAY_BASE + index}",
+            "topic": cfg.get("topic", f"kv@{_served_name(pool)}-{index}")}
+
+
+def kv_event_endpoints(pool: Mapping[str, Any], index: int, host: str) -> dict[str, str]:
+    """Where a subscriber on another host connects for replica ``index``: ``{"endpoint",
+    "replay", "topic"}`` with the bind wildcard replaced by ``host`` (the advertised
+    host of the replica's URL); empty when the pool publishes no KV events."""
+    if not (pool.get("options") or {}).get("kv_events"):
+        return {}
+    cfg = kv_events_config(pool, index)
+    if cfg["publisher"] != "zmq":
+        return {}
+    return {"endpoint": cfg["endpoint"].replace("*", host),
+            "replay": cfg["replay_endpoint"].replace("*", host), "topic": cfg["topic"]}
 
 
 def _spec_config(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -210,6 +231,8 @@ def _reference(pool: Mapping[str, Any], o: dict, index: int, host: str,
     if lora is not None:
         argv += ["--max-loras", str(lora.get("max_loras", 4))]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if o.get("kv_events"):
+        argv += ["--kv-events-config", _json(kv_events_config(pool, index))]
     if o.get("enable_prompt_tokens_details", True):
         argv.append("--enable-prompt-tokens-details")
     return argv, env

@@ -1,0 +1,177 @@
+"""The KV-block index in Redis: which blocks each replica holds, from its own KV events.
+
+The subscriber (``workers.pools.kv_subscriber``) applies each replica's ``EventBatch``es
+here; every gateway process and host reads the same sets, so they make the same choice
+(``app.core.kv_routing.kv_choice``). Per replica: a set of block hashes (first 8 bytes of
+each, as vLLM's integer hashes are 64-bit) and a state hash (last seq, when the last event
+or heartbeat was seen, resyncs). Both expire ``ttl_s`` after the subscriber's last
+heartbeat, so a replica whose subscriber stops, or that dies, drops out of the index.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Iterable, Mapping, Sequence
+
+import msgspec
+
+from app.contract.keys import Keys
+
+TTL_S = 30            # index entries of a replica live this long past the last heartbeat
+STALE_S = 10.0        # a replica whose subscriber said nothing for this long is not read
+_FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size",
+                           "lora_id", "medium", "lora_name"),
+           "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
+
+
+def block_id(h: bytes | int) -> bytes:
+    """The index's name of a block hash: 8 bytes (vLLM publishes 64-bit ints or bytes)."""
+    if isinstance(h, int):
+        return (h & (2**64 - 1)).to_bytes(8, "big")
+    return bytes(h[:8])
+
+
+def decode_batch(payload: bytes) -> list[tuple[str, list[bytes]]]:
+    """vLLM's msgpack ``EventBatch`` -> ``[(kind, block ids)]``. Takes events as tagged
+    arrays (vLLM up to 0.11, and this repo's engine) or as tagged maps (later vLLM)."""
+    raw = msgspec.msgpack.decode(payload)
+    if not isinstance(raw, list) or len(raw) < 2 or not isinstance(raw[1], list):
+        raise ValueError("not an EventBatch")
+    out = []
+    for ev in raw[1]:
+        if isinstance(ev, dict):
+            tag = ev.get("type")
+            hashes = ev.get("block_hashes") or []
+        elif isinstance(ev, list) and ev and isinstance(ev[0], str):
+            tag = ev[0]
+            hashes = ev[1] if len(ev) > 1 and tag != "AllBlocksCleared" else []
+        else:
+            raise ValueError("a KV event must be a tagged array or map")
+        if tag not in _FIELDS:
+            raise ValueError(f"unknown KV event {tag!r}")
+        out.append((tag, [block_id(h) for h in hashes]))
+    return out
+
+
+def apply_events(redis, keys: Keys, replica_id: object, events: Sequence[tuple[str, list]],
+                 seq: int, *, ttl_s: int = TTL_S) -> None:
+    """One batch's events, in order, plus the replica's last seq, in one round trip."""
+    blocks = keys.replica_kv_blocks(replica_id)
+    pipe = redis.pipeline(transaction=True)
+    stored = removed = 0
+    for kind, ids in events:
+        if kind == "AllBlocksCleared":
+            pipe.delete(blocks)
+        elif kind == "BlockStored" and ids:
+            pipe.sadd(blocks, *ids)
+            stored += len(ids)
+        elif kind == "BlockRemoved" and ids:
+            pipe.srem(blocks, *ids)
+            removed += len(ids)
+    state = keys.replica_kv_state(replica_id)
+    pipe.hset(state, mapping={"seq": seq, "seen": time.time()})
+    pipe.hincrby(state, "stored", stored)
+    pipe.hincrby(state, "removed", removed)
+    pipe.expire(blocks, ttl_s)
+    pipe.expire(state, ttl_s)
+    pipe.execute()
+
+
+def heartbeat(redis, keys: Keys, replica_ids: Iterable[object], *, ttl_s: int = TTL_S) -> None:
+    """The subscriber is alive and connected: keep the replicas' entries."""
+    pipe = redis.pipeline(transaction=False)
+    now = time.time()
+    for rid in replica_ids:
+        pipe.hset(keys.replica_kv_state(rid), "seen", now)
+        pipe.expire(keys.replica_kv_state(rid), ttl_s)
+        pipe.expire(keys.replica_kv_blocks(rid), ttl_s)
+    pipe.execute()
+
+
+def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> None:
+    """Drop what the index holds of a replica (it died, restarted, or a gap could not be
+    replayed: its blocks come back with its next stored events)."""
+    pipe = redis.pipeline(transaction=True)
+    pipe.delete(keys.replica_kv_blocks(replica_id))
+    if resync:
+        pipe.hincrby(keys.replica_kv_state(replica_id), "resyncs", 1)
+    else:
+        pipe.delete(keys.replica_kv_state(replica_id))
+    pipe.execute()
+
+
+def _leading(flags: Sequence[Any]) -> int:
+    n = 0
+    for f in flags:
+        if not int(f):
+            break
+        n += 1
+    return n
+
+
+def _parse_matched(replica_ids, chain_len: int, replies: list, block_tokens: int,
+                   stale_s: float, now: float) -> dict | None:
+    matched: dict = {}
+    fresh = 0
+    for i, rid in enumerate(replica_ids):
+        seen, flags = replies[2 * i], replies[2 * i + 1]
+        if seen is None or now - float(seen) > stale_s:
+            continue
+        fresh += 1
+        n = _leading(flags) if chain_len else 0
+        if n:
+            matched[rid] = float(n * block_tokens)
+    return matched if fresh else None
+
+
+def _queue_reads(pipe, keys: Keys, replica_ids, ids: list[bytes]) -> None:
+    for rid in replica_ids:
+        pipe.hget(keys.replica_kv_state(rid), "seen")
+        if ids:
+            pipe.smismember(keys.replica_kv_blocks(rid), ids)
+        else:
+            pipe.exists(keys.replica_kv_blocks(rid))
+
+
+def read_matched(redis, keys: Keys, replica_ids: Sequence[object], chain: Sequence[bytes],
+                 block_tokens: int, *, stale_s: float = STALE_S) -> dict | None:
+    """Matched leading prompt tokens per replica for a request's block-hash ``chain``;
+    None when no replica's index is fresh (the caller falls back to rendezvous)."""
+    ids = [block_id(h) for h in chain]
+    pipe = redis.pipeline(transaction=False)
+    _queue_reads(pipe, keys, replica_ids, ids)
+    return _parse_matched(replica_ids, len(ids), pipe.execute(), block_tokens, stale_s,
+                          time.time())
+
+
+async def read_matched_async(redis, keys: Keys, replica_ids: Sequence[object],
+                             chain: Sequence[bytes], block_tokens: int, *,
+                             stale_s: float = STALE_S) -> dict | None:
+    """``read_matched`` on an asyncio Redis client (the gateway's)."""
+    ids = [block_id(h) for h in chain]
+    pipe = redis.pipeline(transaction=False)
+    _queue_reads(pipe, keys, replica_ids, ids)
+    return _parse_matched(replica_ids, len(ids), await pipe.execute(), block_tokens, stale_s,
+                          time.time())
+
+
+def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:
+    """Per replica: seconds since the subscriber last heard of it, last seq, blocks held,
+    resyncs, stored/removed counts (the Routing page)."""
+    pipe = redis.pipeline(transaction=False)
+    for rid in replica_ids:
+        pipe.hgetall(keys.replica_kv_state(rid))
+        pipe.scard(keys.replica_kv_blocks(rid))
+    replies = pipe.execute()
+    now = time.time()
+    out: dict[object, dict] = {}
+    for i, rid in enumerate(replica_ids):
+        state: Mapping = {(k.decode() if isinstance(k, bytes) else k):
+                          (v.decode() if isinstance(v, bytes) else v)
+                          for k, v in (replies[2 * i] or {}).items()}
+        out[rid] = {"age_s": round(now - float(state["seen"]), 1) if "seen" in state else None,
+                    "seq": int(state["seq"]) if "seq" in state else None,
+                    "blocks": int(replies[2 * i + 1] or 0),
+                    "resyncs": int(state.get("resyncs", 0)),
+                    "stored": int(state.get("stored", 0)),
+                    "removed": int(state.get("removed", 0))}
+    return out

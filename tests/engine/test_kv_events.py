@@ -1,0 +1,300 @@
+"""KV-cache events of a real reference engine (``--kv-events-config``) in vLLM's wire format,
+and the subscriber that keeps the Redis KV-block index from them: gaps replayed or
+resynced, a restart or a dead replica clears its blocks, cache_salt keeps tenants apart."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import msgspec
+import pytest
+import redis as redis_lib
+import zmq
+
+from app.contract import kv_index
+from app.contract.keys import Keys
+from app.core.kv_routing import block_hash_chain, engine_namespace
+from tests.conftest import REDIS_URL
+from tests.engine.conftest import EngineProcess, free_port
+from workers.pools.kv_subscriber import KVSubscriber
+
+
+# -- vLLM's own definitions (vllm/distributed/kv_events.py as its example subscriber copies
+# them; a decoder of this older form ignores the trailing lora_name newer vLLM adds) ------
+class VEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list
+
+
+class VKVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class BlockStored(VKVCacheEvent):
+    block_hashes: list[bytes | int]
+    parent_block_hash: bytes | int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+
+
+class BlockRemoved(VKVCacheEvent):
+    block_hashes: list[bytes | int]
+    medium: str | None
+
+
+class AllBlocksCleared(VKVCacheEvent):
+    pass
+
+
+class VKVEventBatch(VEventBatch):
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+
+
+VLLM_DECODER = msgspec.msgpack.Decoder(type=VKVEventBatch)
+
+
+class Events:
+    """The test's own subscriber of one engine's PUB socket (every frame kept)."""
+
+    def __init__(self, endpoint: str, topic: str) -> None:
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.SUB)
+        self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
+        self.sock.connect(endpoint)
+        self.frames: list[list[bytes]] = []
+
+    def drain(self, settle_s: float = 0.5) -> list[list[bytes]]:
+        got = []
+        while self.sock.poll(int(settle_s * 1000)):
+            got.append(self.sock.recv_multipart())
+        self.frames += got
+        return got
+
+    def close(self) -> None:
+        self.sock.close(0)
+        self.ctx.term()
+
+
+def _config(pub: int, replay: int, buffer_steps: int = 10_000) -> str:
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                       "endpoint": f"tcp://127.0.0.1:{pub}",
+                       "replay_endpoint": f"tcp://127.0.0.1:{replay}", "topic": "kv@tiny-0",
+                       "buffer_steps": buffer_steps})
+
+
+@pytest.fixture(scope="module")
+def ports():
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model, tmp_path_factory, ports):
+    pub, replay = ports
+    eng = EngineProcess(str(tiny_model), "tiny", tmp_path_factory.mktemp("log") / "kv.log",
+                        extra=["--max-prefix-tokens", "256", "--block-size", "16",
+                               "--kv-events-config", _config(pub, replay)])
+    try:
+        eng.wait_healthy()
+        yield eng
+    finally:
+        eng.stop()
+
+
+@pytest.fixture()
+def redis_keys(redis_namespace):
+    r = redis_lib.Redis.from_url(REDIS_URL)
+    keys = Keys(f"{redis_namespace}:kvtest{time.monotonic_ns()}")
+    yield r, keys
+    for key in r.scan_iter(f"{keys.ns}:*"):
+        r.delete(key)
+
+
+def _prompt(i: int) -> str:
+    return f"conversation {i}: " + " ".join(f"w{i}x{j}" for j in range(16))
+
+
+def test_events_are_vllms_wire_format_from_the_real_cache(engine, ports):
+    ev = Events(f"tcp://127.0.0.1:{ports[0]}", "kv@tiny-0")
+    try:
+        time.sleep(0.5)                         # the SUB joins before the events we want
+        assert engine.chat(_prompt(1), max_tokens=2).status_code == 200
+        frames = ev.drain()
+        assert frames, "no event after a request"
+        topic, seq, payload = frames[0]
+        assert topic == b"kv@tiny-0" and len(seq) == 8
+        raw = msgspec.msgpack.decode(payload)    # the msgpack structure itself
+        assert isinstance(raw[0], float) and isinstance(raw[1], list)
+        stored = raw[1][-1]
+        assert stored[0] == "BlockStored" and len(stored) == 8
+        # tag, hashes, parent, token ids, block size, lora_id, medium, lora_name
+        assert stored[2] is None and stored[4] == 16 and stored[5] is None
+        assert stored[6] == "GPU" and stored[7] is None
+        assert len(stored[3]) == 16 * len(stored[1])
+        batch = VLLM_DECODER.decode(payload)     # and vLLM's own decoder reads it
+        blocks = batch.events[-1]
+        assert isinstance(blocks, BlockStored)
+        # the engine's hashes are the chain the gateway computes from the prompt's tokens
+        assert blocks.block_hashes == block_hash_chain(engine_namespace("tiny"),
+                                                       blocks.token_ids, 16)
+
+        # a budget of 256 tokens: more prompts evict the first one's blocks
+        for i in range(2, 6):
+            assert engine.chat(_prompt(i), max_tokens=2).status_code == 200
+        later = [VLLM_DECODER.decode(f[2]) for f in ev.drain()]
+        removed = [h for b in later for e in b.events if isinstance(e, BlockRemoved)
+                   for h in e.block_hashes]
+        assert set(blocks.block_hashes) & set(removed)
+        seqs = [int.from_bytes(f[1], "big") for f in ev.frames]
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+    finally:
+        ev.close()
+
+
+def test_salted_tenants_share_no_block(engine, ports):
+    ev = Events(f"tcp://127.0.0.1:{ports[0]}", "kv@tiny-0")
+    try:
+        time.sleep(0.5)
+        for salt in ("tenant-a", "tenant-b"):
+            assert engine.chat(_prompt(7), max_tokens=2, cache_salt=salt).status_code == 200
+        stored = [e for f in ev.drain() for e in VLLM_DECODER.decode(f[2]).events
+                  if isinstance(e, BlockStored) and e.parent_block_hash is None]
+        a, b = stored[-2], stored[-1]
+        assert a.token_ids == b.token_ids                     # the same prompt...
+        assert not set(a.block_hashes) & set(b.block_hashes)  # ...in different blocks
+        assert a.block_hashes == block_hash_chain(engine_namespace("tiny", "tenant-a"),
+                                                  a.token_ids, 16)
+    finally:
+        ev.close()
+
+
+class DroppingProxy:
+    """A forwarder between the engine's PUB and the subscriber that loses the batches
+    whose seq is in ``drop`` (a network fault the subscriber must notice)."""
+
+    def __init__(self, upstream: str, drop: set[int]) -> None:
+        self.ctx = zmq.Context()
+        self.port = free_port()
+        self.drop, self.stop = drop, threading.Event()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(upstream)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.pub.bind(f"tcp://127.0.0.1:{self.port}")
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            if self.sub.poll(50):
+                frames = self.sub.recv_multipart()
+                if int.from_bytes(frames[1], "big") not in self.drop:
+                    self.pub.send_multipart(frames)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.sub.close(0)
+        self.pub.close(0)
+        self.ctx.term()
+
+
+def _engine_blocks(engine_events: list[list[bytes]]) -> set[bytes]:
+    held: set[bytes] = set()
+    for f in engine_events:
+        for kind, ids in kv_index.decode_batch(f[2]):
+            if kind == "AllBlocksCleared":
+                held.clear()
+            elif kind == "BlockStored":
+                held |= set(ids)
+            else:
+                held -= set(ids)
+    return held
+
+
+def _pump(sub: KVSubscriber, seconds: float = 1.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sub.poll(50)
+
+
+@pytest.mark.parametrize("replayable", [True, False], ids=["replayed", "resynced"])
+def test_a_gap_is_replayed_or_resynced(engine, ports, redis_keys, replayable):
+    r, keys = redis_keys
+    pub, replay = ports
+    truth = Events(f"tcp://127.0.0.1:{pub}", "kv@tiny-0")
+    time.sleep(0.3)
+    # where the next batch's seq starts: one request, seen by the test's own subscriber
+    assert engine.chat(_prompt(20), max_tokens=2).status_code == 200
+    first = int.from_bytes(truth.drain()[-1][1], "big")
+    proxy = DroppingProxy(f"tcp://127.0.0.1:{pub}", drop={first + 2, first + 3})
+    sub = KVSubscriber(r, keys)
+    try:
+        sub.set_replicas([{"id": 1, "endpoint": f"tcp://127.0.0.1:{proxy.port}",
+                           "replay": f"tcp://127.0.0.1:{replay}" if replayable else "",
+                           "topic": "kv@tiny-0"}])
+        time.sleep(0.5)
+        for i in range(21, 26):                  # seq first+1 .. first+5; two are lost
+            assert engine.chat(_prompt(i), max_tokens=2).status_code == 200
+            _pump(sub, 0.3)
+        _pump(sub)
+        truth.drain()
+        assert sub.stats["gaps"] == 1
+        index = {bytes(m) for m in r.smembers(keys.replica_kv_blocks(1))}
+        if replayable:
+            assert sub.stats["replayed"] == 2 and sub.stats["resyncs"] == 0
+            # the index holds what the engine's whole stream says from first+1 on
+            since = [f for f in truth.frames if int.from_bytes(f[1], "big") > first]
+            assert index == _engine_blocks(since) and index
+        else:
+            assert sub.stats["resyncs"] == 1
+            assert kv_index.freshness(r, keys, [1])[1]["resyncs"] == 1
+            # rebuilt from the batches after the gap only: no block from before it
+            after = [f for f in truth.frames if int.from_bytes(f[1], "big") > first + 3]
+            assert index == _engine_blocks(after)
+    finally:
+        sub.close()
+        proxy.close()
+        truth.close()
+
+
+def test_restart_and_death_clear_the_replicas_blocks(tiny_model, tmp_path_factory,
+                                                     redis_keys):
+    r, keys = redis_keys
+    pub, replay = free_port(), free_port()
+    log = tmp_path_factory.mktemp("log")
+    cfg = _config(pub, replay)
+    eng = EngineProcess(str(tiny_model), "tiny", log / "a.log",
+                        extra=["--max-prefix-tokens", "4096", "--kv-events-config", cfg])
+    sub = KVSubscriber(r, keys)
+    rep = {"id": 7, "endpoint": f"tcp://127.0.0.1:{pub}",
+           "replay": f"tcp://127.0.0.1:{replay}", "topic": "kv@tiny-0"}
+    try:
+        sub.set_replicas([rep])
+        eng.wait_healthy()
+        assert eng.chat(_prompt(30), max_tokens=2).status_code == 200
+        _pump(sub)
+        assert r.scard(keys.replica_kv_blocks(7)) > 0
+        ev_blocks = {bytes(m) for m in r.smembers(keys.replica_kv_blocks(7))}
+        eng.stop()
+        # same ports, new process: its cache is empty and its seq starts again at 0
+        eng = EngineProcess(str(tiny_model), "tiny", log / "b.log",
+                            extra=["--max-prefix-tokens", "4096", "--kv-events-config", cfg])
+        eng.wait_healthy()
+        _pump(sub)
+        assert eng.chat(_prompt(31), max_tokens=2).status_code == 200
+        _pump(sub)
+        now = {bytes(m) for m in r.smembers(keys.replica_kv_blocks(7))}
+        # the old process's blocks are gone (a 4096-token budget evicts nothing); only the
+        # chat template's leading block, which the new prompt shares, is held again
+        assert now and len(ev_blocks - now) >= len(ev_blocks) - 1
+        assert sub.stats["restarts"] == 1
+        # the replica dies: the supervisor's list no longer has it, its blocks go at once
+        sub.set_replicas([])
+        assert not r.exists(keys.replica_kv_blocks(7))
+        assert kv_index.read_matched(r, keys, [7], [b"x" * 32], 16) is None
+    finally:
+        sub.close()
+        eng.stop()
