@@ -55,6 +55,11 @@ class LedgerEvent(TypedDict):
     saved_minify_usd: NotRequired[str]
     saved_prefix_usd: NotRequired[str]
     saved_escalation_usd: NotRequired[str]   # <= 0: discarded low-margin attempts' cost
+    # Tool traffic (app.gateway.tool_retrieval): definition tokens sent, kept out by
+    # retrieval, and 1 when an unsent tool was called and the request went again
+    tool_tokens: NotRequired[int]
+    tool_tokens_saved: NotRequired[int]
+    tool_retries: NotRequired[int]
     payload: dict[str, Any]
 
 

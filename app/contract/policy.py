@@ -115,6 +115,22 @@ FIELDS: dict[str, Field] = {
                             help="Replica choice: rendezvous on session/prefix with bounded "
                                  "load, or round-robin (a baseline to compare with)", tenant=TENANT_CENTRAL),
     "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)", tenant=TENANT_SPECIAL),
+    # tool-definition retrieval (app.core.tool_select): an agent with 50 tools pays ~10k
+    # prompt tokens a turn for schemas; it changes only this tenant's own requests
+    "tool_retrieval": Field(bool, False,
+                            help="Requests with more than tool_retrieval_k tools send only the "
+                                 "relevant ones: the tool choice, tools called earlier, pinned "
+                                 "tools, then the most similar to the user's turns",
+                            tenant=TENANT_FREE),
+    "tool_retrieval_k": Field(int, 6, 1, 128, help="Tools sent when retrieval applies (the "
+                                                   "choice, called and pinned ones may exceed it)",
+                              tenant=TENANT_FREE),
+    "tool_retrieval_pinned": Field(str, "", help="Tools always sent (comma-separated names)",
+                                   tenant=TENANT_FREE),
+    "tool_retrieval_workflows": Field(str, "",
+                                      help="Only these workflows (comma-separated names or "
+                                           "signatures; empty: every workflow)",
+                                      tenant=TENANT_FREE),
 }
 
 DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}

@@ -83,6 +83,7 @@ class RequestContext:
     escalated: bool = False
     margin: float | None = None
     upstream_body: dict | None = None       # what S04 sends (S02 may rewrite it)
+    tools_body: dict | None = None          # the body with the tools retrieval chose (S02)
     key_map: Any = None                     # S02's KeyMap (minified -> original) for S05
     minify: Any = None                      # s02_minify.MinifyState when S02 minified
     stream_hooks: list = field(default_factory=list)  # relay hooks: .chunk(dict), .done()

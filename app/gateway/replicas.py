@@ -44,7 +44,7 @@ def salt(ctx: RequestContext) -> str | None:
 def routing_key(ctx: RequestContext) -> str:
     if ctx.routing_key is None:
         ctx.routing_key = affinity_key(
-            ctx.session_id, static_prefix(ctx.body) or None,
+            ctx.session_id, static_prefix(ctx.upstream_body or ctx.body) or None,
             int(ctx.policy["prefix_key_tokens"]), salt=salt(ctx) or "",
             fallback=ctx.request_id)
     return ctx.routing_key

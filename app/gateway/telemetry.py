@@ -120,6 +120,16 @@ def _escalation(ctx: RequestContext) -> bool | str:
     return steps[-1].get("reason") or "upstream_failure"
 
 
+def _tool_counts(ctx: RequestContext) -> dict[str, int]:
+    """The ledger's tool columns (app.gateway.tool_retrieval), absent without tools."""
+    info = ctx.telemetry.get("tools") or {}
+    if "definition_tokens" not in info:
+        return {}
+    return {"tool_tokens": int(info["definition_tokens"]),
+            "tool_tokens_saved": int(info.get("saved_tokens") or 0),
+            "tool_retries": int(info.get("retries") or 0)}
+
+
 def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
     """Close the books on a request: telemetry record, metrics, and the ledger event."""
     latency_ms = ctx.elapsed_ms()
@@ -197,5 +207,6 @@ def finish(ctx: RequestContext, metrics: GatewayMetrics | None) -> LedgerEvent:
         "latency_ms": round(latency_ms, 3), "usage_source": record["usage_source"],
         "adapter": (ctx.adapter or "") if served else "", "kind": "request",
         **{f"saved_{s}_usd": f"{saved[s]:f}" for s in STAGES},
+        **_tool_counts(ctx),
         "payload": record,
     }

@@ -64,5 +64,10 @@ class LedgerEntry(db.Model):
     saved_prefix_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
     # <= 0: what the discarded low-margin attempts cost (a margin escalation is a cost)
     saved_escalation_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
+    # Tool traffic (migration 0014): tokens of the tool definitions sent upstream, those
+    # tool retrieval kept out, and 1 when a call to an unsent tool made it resend them all
+    tool_tokens: Mapped[int] = mapped_column(default=0, server_default="0")
+    tool_tokens_saved: Mapped[int] = mapped_column(default=0, server_default="0")
+    tool_retries: Mapped[int] = mapped_column(default=0, server_default="0")
     # The full seed-6.2-shaped telemetry record.
     payload: Mapped[dict] = mapped_column(JSON, default=dict)

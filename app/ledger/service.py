@@ -33,7 +33,8 @@ FEEDBACK_GROUP = "ledger-feedback"
 FEEDBACK_MAX_ATTEMPTS = 20
 _COLUMNS = ("request_id", "tenant_id", "workflow", "tier", "model", "status", "cache",
             "prompt_tokens", "cached_tokens", "completion_tokens", "escalated", "ttft_ms",
-            "latency_ms", "usage_source", "adapter")
+            "latency_ms", "usage_source", "adapter", "tool_tokens", "tool_tokens_saved",
+            "tool_retries")
 # The kinds a gateway books (adjustments are written by FinOps, never from the stream).
 _GATEWAY_KINDS = frozenset({"request", "shadow"})
 
@@ -58,7 +59,8 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "latency_ms": lambda v: None if v is None else float(v),
     "tier": lambda v: str(v)[:64], "model": lambda v: str(v)[:200],
     "cache": lambda v: str(v)[:16], "usage_source": lambda v: str(v)[:16],
-    "adapter": lambda v: str(v or "")[:64]}
+    "adapter": lambda v: str(v or "")[:64],
+    "tool_tokens": int, "tool_tokens_saved": int, "tool_retries": int}
 
 
 def row_from_event(ev: LedgerEvent) -> dict[str, Any]:

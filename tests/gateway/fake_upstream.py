@@ -4,7 +4,9 @@ streaming with usage, logprobs, and directives in the last user message:
 ``[[status:503]]`` answer that status; ``[[delay:200]]`` wait ms before answering;
 ``[[chunk-delay:50]]`` wait ms between stream chunks; ``[[drop-after:2]]`` send two
 content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
-(seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...).
+(seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...);
+``[[call-tool:NAME]]`` in any message (not streamed) answer with a call to tool NAME, sent
+or not, as a frontier model that saw the tool earlier in the conversation might.
 
 A fake named ``unsure...`` is a low-confidence model: its answers start ``Unsure:`` and
 its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95). A fake
@@ -31,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 _DIRECTIVE = re.compile(r"\[\[([a-z-]+):(\d+)\]\]")
+_CALL_TOOL = re.compile(r"\[\[call-tool:([A-Za-z0-9_.-]+)\]\]")
 NOVICE_WORDS = 24
 CONFIDENT, UNSURE = ("Echo", -0.05, -3.0), ("Unsure", -0.6, -0.9)
 
@@ -97,6 +100,18 @@ def create_fake(name: str = "fake") -> Starlette:
                                                   {"token": "x", "logprob": top2,
                                                    "bytes": [120]}][:top_n]}]}
 
+        called = _CALL_TOOL.search(" ".join(_text(m.get("content")) for m in messages))
+        if called and not body.get("stream"):
+            sent = sorted(t["function"]["name"] for t in body.get("tools") or [])
+            stats["last_tools"] = sent
+            return Response(orjson.dumps({
+                "id": cid, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {
+                    "role": "assistant", "content": None, "tool_calls": [{
+                        "id": f"call_{stats['requests']}", "type": "function",
+                        "function": {"name": called.group(1), "arguments": "{}"}}]},
+                    "logprobs": None, "finish_reason": "tool_calls"}],
+                "usage": usage}), media_type="application/json", headers=headers)
         if not body.get("stream"):
             content = " ".join(words)
             return Response(orjson.dumps({

@@ -11,6 +11,9 @@ external tiers keep ``response_format`` (an OpenAI API takes no grammar). With
 the model more often writes the tokenizer's own ``":"`` / ``","`` tokens rather than
 ``'":'`` + ``'"'``.
 
+With the tenant's ``tool_retrieval``, S02 first keeps only the relevant tools
+(``app.gateway.tool_retrieval``); it books the tool-definition tokens sent either way.
+
 Sets ``ctx.upstream_body`` and ``ctx.minify`` (key map, the minified schema, tool key
 maps, the tokenizer, the original body for S05's retry). Fallback S02_PASSTHROUGH (also
 taken when there is nothing to minify) sends the body as is. The minifier and the
@@ -42,6 +45,12 @@ class MinifyState:
     messages: list | None = None      # the rewritten messages before the style hint
 
 
+def _source(ctx: RequestContext) -> dict:
+    """The body S02 starts from: the client's, with only the retrieved tools when the
+    tenant's tool retrieval chose some (``app.gateway.tool_retrieval``)."""
+    return ctx.tools_body if ctx.tools_body is not None else ctx.body
+
+
 def _wants(ctx: RequestContext) -> bool:
     if not ctx.policy["minify_enabled"]:
         return False
@@ -59,7 +68,7 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     options = MinifyOptions(
         minify_enums=bool(ctx.policy["minify_enums"]),
         alias_style=ctx.policy["minify_alias_style"])
-    body = dict(ctx.body)
+    body = dict(_source(ctx))
     keymap = schema = new_rf = None
     res = minify_response_format(body.get("response_format"), tokenizer=counter,
                                  options=options)
@@ -77,8 +86,8 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     messages = body["messages"]
     compact = schema is not None and _compact(ctx, body, schema)
     ctx.upstream_body = body
-    return MinifyState(keymap, schema, tool_maps, counter.name, ctx.body, options.alias_style,
-                       compact, new_rf, messages)
+    return MinifyState(keymap, schema, tool_maps, counter.name, _source(ctx),
+                       options.alias_style, compact, new_rf, messages)
 
 
 def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
@@ -99,6 +108,9 @@ def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
 
 
 async def run(ctx: RequestContext) -> str:
+    if ctx.body.get("tools") and ctx.policy.get("tool_retrieval"):
+        from app.gateway import tool_retrieval
+        ctx.tools_body = await anyio.to_thread.run_sync(tool_retrieval.choose, ctx)
     if not _wants(ctx):
         return await passthrough(ctx)
     state = await anyio.to_thread.run_sync(_minify, ctx, tokenizer_name(ctx))
@@ -113,11 +125,26 @@ async def run(ctx: RequestContext) -> str:
                     for p, o, a in (km.renames if km else ())[:50]},
         "value_aliases": {f"{p}={v}": a for p, v, a in (km.value_renames if km else ())[:50]},
         "tools": sorted(state.tool_maps), "compact": state.compact}
+    await _count_tools(ctx)
     return "S03_PREFILL"
 
 
 async def passthrough(ctx: RequestContext) -> str:
-    ctx.upstream_body = ctx.body
+    ctx.upstream_body = _source(ctx)
     ctx.key_map = None
     ctx.minify = None
+    await _count_tools(ctx)
     return "S03_PREFILL"
+
+
+async def _count_tools(ctx: RequestContext) -> None:
+    """Tool-definition tokens for the ledger (reporting: never fails the request)."""
+    if not ctx.body.get("tools"):
+        return
+    from app.gateway import tool_retrieval
+    try:
+        await anyio.to_thread.run_sync(tool_retrieval.count_definitions, ctx)
+    except Exception:  # noqa: BLE001
+        import logging
+        logging.getLogger(__name__).exception("request %s: tool tokens not counted",
+                                              ctx.request_id)

@@ -89,7 +89,28 @@ def _expand_response(ctx: RequestContext) -> list[str]:
     return problems
 
 
+def _unsent_tool_called(ctx: RequestContext) -> bool:
+    """A complete answer that calls a tool retrieval did not send (see tool_retrieval)."""
+    if ctx.stream or not (ctx.telemetry.get("tools") or {}).get("dropped") \
+            or not ctx.response_bytes:
+        return False
+    from app.gateway import tool_retrieval
+    try:
+        data = orjson.loads(ctx.response_bytes)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(data, dict) and tool_retrieval.needs_full_set(ctx, data)
+
+
 async def run(ctx: RequestContext) -> str:
+    if _unsent_tool_called(ctx):
+        from app.gateway import tool_retrieval
+        ctx.usage = (orjson.loads(ctx.response_bytes).get("usage") or {})
+        ctx.record_attempt("tool_retry")
+        ctx.upstream_body = ctx.tools_body = tool_retrieval.full_set_body(ctx)
+        ctx.minify = ctx.key_map = None
+        await anyio.to_thread.run_sync(tool_retrieval.count_definitions, ctx)
+        return "S04_DECODE"
     if ctx.minify is None:
         return "RESPOND"
     if ctx.stream:

@@ -1,0 +1,120 @@
+"""Tool-definition retrieval: which of a request's tools to send. Pure.
+
+An agent that declares 50 tools pays for 50 schemas on every turn although a turn uses
+one or two. When a request carries more than ``k`` tools, the tools sent are:
+
+- every tool the request cannot do without: the one ``tool_choice`` names, every tool
+  called earlier in the conversation, and the tenant's pinned tools (never dropped, even
+  past ``k``);
+- then the tools most similar to the conversation's user turns (cosine of embeddings the
+  caller computed), up to ``k`` in all.
+
+They go out in canonical order (by name), so a conversation whose selection does not
+change sends byte-identical tool blocks turn after turn and the engine's prefix cache
+keeps hitting; the query is the user turns only (not tool results), so an agent's tool
+turns do not move the selection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+QUERY_CHARS = 2000   # user text embedded as the query (latest turns kept)
+
+
+@dataclass(frozen=True)
+class Selection:
+    sent: list[dict]                        # tools to send, canonical order
+    reasons: dict[str, str] = field(default_factory=dict)   # name -> choice|called|pinned|similar
+    dropped: list[str] = field(default_factory=list)        # names not sent
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.reasons)
+
+
+def tool_name(tool: Any) -> str:
+    fn = tool.get("function") if isinstance(tool, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _words(name: str) -> str:
+    return " ".join(name.replace("_", " ").replace("-", " ").replace(".", " ").split())
+
+
+def tool_text(tool: Mapping[str, Any]) -> str:
+    """What a tool is embedded as: its name in words, description, and parameter names
+    with their descriptions."""
+    fn = tool.get("function") or {}
+    parts = [_words(tool_name(tool)), str(fn.get("description") or "")]
+    props = ((fn.get("parameters") or {}).get("properties") or {})
+    if isinstance(props, Mapping):
+        for key, spec in props.items():
+            desc = spec.get("description") if isinstance(spec, Mapping) else None
+            parts.append(f"{_words(str(key))}: {desc}" if desc else _words(str(key)))
+    return ". ".join(p for p in parts if p)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return " ".join(p.get("text") or "" for p in content if isinstance(p, Mapping))
+    return content if isinstance(content, str) else ""
+
+
+def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The user turns, latest last, cut to ``QUERY_CHARS`` from the end."""
+    text = "\n".join(_text(m.get("content")) for m in messages
+                     if isinstance(m, Mapping) and m.get("role") == "user")
+    return text[-QUERY_CHARS:]
+
+
+def called_names(messages: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Tools called earlier in the conversation (assistant ``tool_calls`` and the legacy
+    ``function_call``), in order of first call."""
+    out: list[str] = []
+    for m in messages:
+        if not isinstance(m, Mapping) or m.get("role") != "assistant":
+            continue
+        calls = list(m.get("tool_calls") or [])
+        if isinstance(m.get("function_call"), Mapping):
+            calls.append({"function": m["function_call"]})
+        for c in calls:
+            name = tool_name(c) if isinstance(c, Mapping) else ""
+            if name and name not in out:
+                out.append(name)
+    return out
+
+
+def choice_name(tool_choice: Any) -> str | None:
+    if isinstance(tool_choice, Mapping):
+        fn = tool_choice.get("function")
+        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+            return fn["name"]
+    return None
+
+
+def parse_pinned(value: str) -> list[str]:
+    return [n.strip() for n in (value or "").split(",") if n.strip()]
+
+
+def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
+                 tool_choice: Any, *, k: int, pinned: Iterable[str],
+                 similarity: Sequence[float]) -> Selection:
+    """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
+    against the conversation; ties keep the client's order."""
+    names = [tool_name(t) for t in tools]
+    reasons: dict[str, str] = {}
+    must = [(choice_name(tool_choice), "choice")]
+    must += [(n, "called") for n in called_names(messages)]
+    must += [(n, "pinned") for n in pinned]
+    for name, why in must:
+        if name in names and name not in reasons:
+            reasons[name] = why
+    ranked = sorted(range(len(tools)), key=lambda i: (-float(similarity[i]), i))
+    for i in ranked:
+        if len(reasons) >= k:
+            break
+        reasons.setdefault(names[i], "similar")
+    sent = sorted((t for t, n in zip(tools, names) if n in reasons), key=tool_name)
+    return Selection(sent, reasons, [n for n in names if n not in reasons])

@@ -1,0 +1,168 @@
+"""Tool traffic in the gateway: tool-definition retrieval (the tenant's ``tool_retrieval``
+policy, ``app.core.tool_select``), the definition tokens the ledger books, and the retry
+when the model calls a tool that was not sent.
+
+S02 calls ``choose`` first (the body it minifies carries the chosen tools) and
+``count_definitions`` last (tokens of the tools as sent, and what retrieval kept out);
+S05 calls ``needs_full_set`` on a complete answer. Tool vectors come from the cache's
+embedding model and are remembered per process; the query is the user turns, embedded
+once per request.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from app.core.tool_select import Selection, parse_pinned, query_text, select_tools, tool_name, \
+    tool_text
+from app.gateway.context import RequestContext
+from app.gateway.request_facts import tokenizer_name
+
+log = logging.getLogger(__name__)
+MEMO_MAX = 8192   # tool vectors / token counts remembered per process
+
+
+class _Memo:
+    """A bounded LRU map shared by the request threads."""
+
+    def __init__(self, size: int = MEMO_MAX) -> None:
+        self.size, self.data, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        with self.lock:
+            if key in self.data:
+                self.data.move_to_end(key)
+                return self.data[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+_vectors, _counts = _Memo(), _Memo()
+
+
+def _digest(tool: Any) -> str:
+    return hashlib.sha1(orjson.dumps(tool, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _applies(ctx: RequestContext, body: dict) -> bool:
+    policy, tools = ctx.policy, body.get("tools")
+    if not policy.get("tool_retrieval") or not isinstance(tools, list):
+        return False
+    if len(tools) <= int(policy.get("tool_retrieval_k") or 0):
+        return False
+    only = parse_pinned(policy.get("tool_retrieval_workflows") or "")
+    return not only or ctx.workflow_name in only or ctx.workflow_signature in only
+
+
+def tool_vectors(tools: list[dict]):
+    """Unit vectors of the tools' texts (remembered per tool)."""
+    import numpy as np
+
+    from app.contract.cache.embedding import embed_many
+    keys = [_digest(t) for t in tools]
+    found = [_vectors.get(k) for k in keys]
+    missing = [i for i, v in enumerate(found) if v is None]
+    if missing:
+        fresh = embed_many([tool_text(tools[i]) for i in missing])
+        for i, vec in zip(missing, fresh):
+            found[i] = vec
+            _vectors.put(keys[i], vec)
+    return np.stack(found)
+
+
+def select(ctx: RequestContext, body: dict) -> Selection:
+    from app.contract.cache.embedding import embed
+    tools, messages = body["tools"], body.get("messages") or []
+    query = query_text(messages)
+    if query.strip():
+        sims = tool_vectors(tools) @ embed(query, owner=(ctx.tenant or {}).get("id"))
+    else:
+        sims = [0.0] * len(tools)
+    return select_tools(tools, messages, body.get("tool_choice"),
+                        k=int(ctx.policy["tool_retrieval_k"]),
+                        pinned=parse_pinned(ctx.policy.get("tool_retrieval_pinned") or ""),
+                        similarity=[float(s) for s in sims])
+
+
+def choose(ctx: RequestContext) -> dict:
+    """The body S02 works on: the client's, or with the retrieved tools only (then
+    ``ctx.telemetry["tools"]`` says which were sent and why). Runs in a worker thread."""
+    body = ctx.body
+    if not _applies(ctx, body):
+        return body
+    try:
+        sel = select(ctx, body)
+    except Exception:  # noqa: BLE001 - retrieval saves tokens; failing it sends every tool
+        log.exception("request %s: tool retrieval failed, sending every tool", ctx.request_id)
+        ctx.telemetry["tools"] = {"retrieval": "failed"}
+        return body
+    ctx.telemetry["tools"] = {"retrieval": "applied", "offered": len(body["tools"]),
+                              "sent": len(sel.sent), "reasons": sel.reasons,
+                              "dropped": sel.dropped}
+    if not sel.dropped:
+        return body
+    return {**body, "tools": sel.sent}
+
+
+def _tokens(tools: list, counter) -> int:
+    total = 0
+    for tool in tools:
+        key = (counter.name, _digest(tool))
+        n = _counts.get(key)
+        if n is None:
+            n = counter.count(orjson.dumps(tool).decode())
+            _counts.put(key, n)
+        total += n
+    return total
+
+
+def count_definitions(ctx: RequestContext) -> None:
+    """Book the tool-definition tokens sent upstream, and those retrieval kept out (the
+    dropped tools as the client wrote them), in the tier's tokenizer."""
+    sent = (ctx.upstream_body or ctx.body).get("tools")
+    if not isinstance(sent, list) or not sent:
+        return
+    from app.contract.tokenizers import get_counter
+    counter = get_counter(tokenizer_name(ctx))
+    info = ctx.telemetry.setdefault("tools", {})
+    info["definition_tokens"] = _tokens(sent, counter)
+    dropped = set(info.get("dropped") or ())
+    full = ctx.body.get("tools") or []
+    info["saved_tokens"] = _tokens([t for t in full if tool_name(t) in dropped], counter) \
+        if dropped else 0
+    info.setdefault("retries", 0)
+
+
+def needs_full_set(ctx: RequestContext, data: dict) -> bool:
+    """True when the answer calls a tool the client declared but retrieval did not send:
+    the model guessed a schema it never saw, so the request is sent again with every
+    tool (once; counted in ``tools.retries`` and as a discarded attempt)."""
+    info = ctx.telemetry.get("tools") or {}
+    dropped = set(info.get("dropped") or ())
+    if not dropped or info.get("retries"):
+        return False
+    for ch in data.get("choices") or []:
+        for tc in (ch.get("message") or {}).get("tool_calls") or []:
+            if tool_name(tc) in dropped:
+                info["retries"] = 1
+                info["unsent_call"] = tool_name(tc)
+                return True
+    return False
+
+
+def full_set_body(ctx: RequestContext) -> dict:
+    """The retry's body: the client's, every tool; the saving is gone."""
+    info = ctx.telemetry.get("tools") or {}
+    info["dropped"], info["saved_tokens"] = [], 0
+    info["sent"] = info.get("offered", info.get("sent"))
+    return ctx.body

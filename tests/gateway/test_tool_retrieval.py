@@ -1,0 +1,90 @@
+"""Tool-definition retrieval through the gateway (policy ``tool_retrieval``): which tools
+reach the upstream, what the ledger books, and the full-set retry when the model calls a
+tool that was not sent. Real gateway, fake OpenAI upstreams, real MiniLM embeddings."""
+from __future__ import annotations
+
+import httpx
+
+from tests.gateway.conftest import make_world
+
+SPECS = {
+    "get_weather": "Current weather and forecast for a city",
+    "get_time": "Current local time in a timezone",
+    "send_email": "Send an email to a recipient with a subject and body",
+    "create_calendar_event": "Add a meeting to the user's calendar",
+    "get_stock_price": "Latest stock market price for a ticker symbol",
+    "translate_text": "Translate text into another language",
+    "search_flights": "Search airline flights between two airports on a date",
+    "book_hotel": "Reserve a hotel room in a city for given nights",
+    "calculate": "Evaluate an arithmetic expression",
+    "get_news": "Top news headlines on a topic",
+    "play_music": "Play a song or playlist on the speaker",
+    "find_recipe": "Find a cooking recipe for a dish",
+}
+TOOLS = [{"type": "function", "function": {
+    "name": name, "description": desc,
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                   "required": ["query"]}}} for name, desc in SPECS.items()]
+POLICY = {"tool_retrieval": True, "tool_retrieval_k": 3, "tool_retrieval_pinned": "calculate"}
+
+
+def _sent(replica) -> list[str]:
+    body = httpx.get(replica.url + "/stats").json()["last_body"]
+    return [t["function"]["name"] for t in body.get("tools") or []]
+
+
+def test_only_relevant_tools_go_up_in_canonical_order_and_the_ledger_books_the_saving(
+        app, gateway, fake_replicas, frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=POLICY)
+    client = w.client()
+    earlier = [{"role": "user", "content": "How is AAPL doing?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function",
+                    "function": {"name": "get_stock_price", "arguments": '{"query": "AAPL"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": "189.20"}]
+    ask = {"role": "user", "content": "Will it rain in Paris tomorrow?"}
+    client.chat.completions.create(model="tier-1", messages=[*earlier, ask], tools=TOOLS,
+                                   temperature=0)
+    sent = _sent(fake_replicas[0])
+    # called earlier and pinned are never dropped; the weather tool is the similar one
+    assert {"get_stock_price", "calculate", "get_weather"} <= set(sent)
+    assert len(sent) == 3 and sent == sorted(sent)
+    # the tool named in tool_choice is kept too, past k
+    client.chat.completions.create(
+        model="tier-1", messages=[*earlier, ask], tools=list(reversed(TOOLS)), temperature=0,
+        tool_choice={"type": "function", "function": {"name": "send_email"}})
+    again = _sent(fake_replicas[0])
+    assert {"send_email", "get_stock_price", "calculate"} <= set(again)
+    assert again == sorted(again)   # the client's order does not move the tool block
+    rows = w.drain_rows(2)
+    for row in rows:
+        assert row.tool_tokens > 0 and row.tool_tokens_saved > 2 * row.tool_tokens
+        assert row.tool_retries == 0
+        tools = row.payload["pipeline"]["tools"]
+        assert tools["offered"] == 12 and tools["reasons"]["calculate"] == "pinned"
+    assert rows[1].payload["pipeline"]["tools"]["reasons"]["send_email"] == "choice"
+
+
+def test_a_call_to_an_unsent_tool_is_retried_with_every_tool(app, gateway, fake_replicas,
+                                                             frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=POLICY)
+    r = w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "system", "content": "[[call-tool:play_music]]"},
+                  {"role": "user", "content": "Weather in Oslo?"}])
+    assert r.choices[0].message.tool_calls[0].function.name == "play_music"
+    assert len(_sent(fake_replicas[0])) == 12   # the retry carried every tool
+    row = w.drain_rows(1)[0]
+    assert row.tool_retries == 1 and row.tool_tokens_saved == 0
+    assert [a["reason"] for a in row.payload["attempts"]] == ["tool_retry"]
+    assert row.payload["pipeline"]["tools"]["unsent_call"] == "play_music"
+
+
+def test_without_the_policy_every_tool_goes_and_is_counted(app, gateway, fake_replicas,
+                                                           frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url)
+    w.client().chat.completions.create(model="tier-1", tools=TOOLS, temperature=0,
+                                       messages=[{"role": "user", "content": "Hi"}])
+    assert _sent(fake_replicas[0]) == list(SPECS)
+    row = w.drain_rows(1)[0]
+    assert row.tool_tokens > 12 * 20 and row.tool_tokens_saved == 0
