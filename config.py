@@ -30,6 +30,9 @@ _ENV_KEYS: dict[str, tuple[str, Any]] = {
     "SLUICE_GATEWAY_EJECT_S": ("GATEWAY_EJECT_S", float),
     "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": ("GATEWAY_LEDGER_SPOOL_DIR", str),
     "SLUICE_GATEWAY_LEDGER_LINGER_S": ("GATEWAY_LEDGER_LINGER_S", float),
+    "SLUICE_GATEWAY_LEDGER_MAX_BACKLOG": ("GATEWAY_LEDGER_MAX_BACKLOG", int),
+    "SLUICE_GATEWAY_HEARTBEAT_S": ("GATEWAY_HEARTBEAT_S", float),
+    "SLUICE_GATEWAY_HOLD_LEASE_S": ("GATEWAY_HOLD_LEASE_S", float),
     "SLUICE_GATEWAY_METRICS_TOKEN": ("GATEWAY_METRICS_TOKEN", str),
     "SLUICE_GATEWAY_CACHE_WARM": ("GATEWAY_CACHE_WARM", lambda v: v.lower() in {"1", "true", "yes", "on"}),
     "SLUICE_EMBEDDING_BACKEND": ("EMBEDDING_BACKEND", str),
@@ -92,6 +95,14 @@ class Config:
     # loses none (the next one on the host sends them on). Empty: memory only.
     GATEWAY_LEDGER_SPOOL_DIR = str(VAR / "spool")
     GATEWAY_LEDGER_LINGER_S = 0.02  # batch ledger events this long before writing them
+    # Ledger events held in memory at most; past it they wait in the spool file only and
+    # are read back as the backlog drains (nothing is dropped while the spool can write)
+    GATEWAY_LEDGER_MAX_BACKLOG = 200_000
+    # Budget holds are leases of a gateway instance (app.contract.leases): it renews its
+    # heartbeat this often (the key lives 3x as long) and a hold is given back by the
+    # reaper when its gateway's heartbeat is gone or after GATEWAY_HOLD_LEASE_S
+    GATEWAY_HEARTBEAT_S = 5.0
+    GATEWAY_HOLD_LEASE_S = 900.0
     # Request embeddings (app.contract.cache.embedding): "auto" runs MiniLM exported to ONNX, cached
     # under EMBEDDING_CACHE_DIR (empty: $XDG_CACHE_HOME/sluice/embedding), and falls back to
     # sentence-transformers; "onnx" (no fallback), "torch", "sentence-transformers", "service".

@@ -35,6 +35,7 @@ def celery_init_app(app: Flask) -> Celery:
             "finops-check-budgets": {"task": "finops.check_budgets", "schedule": 60.0},
             "finops-reconcile-budgets": {"task": "finops.reconcile_budgets", "schedule": 900.0},
             "finops-reset-budgets": {"task": "finops.reset_budgets", "schedule": 3600.0},
+            "finops-reap-holds": {"task": "finops.reap_holds", "schedule": 15.0},
             "router-schedule-training": {"task": "router.schedule_training", "schedule": 3600.0},
             # Fan out to each node's queue pool.<node>; run workers there with
             # ``-Q pool.<node>`` (SLUICE_NODE names the node).

@@ -96,7 +96,7 @@ def register_blueprints(app: Flask) -> None:
                  "app.catalog.views", "app.policies.views", "app.workflows.views",
                  "app.audit.views", "app.pools.views", "app.drills.views", "app.finops.views",
                  "app.cascade.views", "app.replica_routing.views", "app.cache.views",
-                 "app.adapters.views", "app.api.openapi"):
+                 "app.adapters.views", "app.ledger.views", "app.api.openapi"):
         module = importlib.import_module(name)
         if hasattr(module, "bp"):
             app.register_blueprint(module.bp)

@@ -105,6 +105,9 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
         "price_input_per_m": _MONEY, "price_cached_input_per_m": _MONEY,
         "price_output_per_m": _MONEY, "effective_from": _DATE}),
     ("POST", "/finops/rollups/rebuild"): _obj({"period": _S}),
+    # ids: dead-letter stream ids ("<ms>-<seq>"); none: the oldest ``limit`` (1-500)
+    ("POST", "/ledger/dead-letters/replay"): _obj({"ids": {"type": "array", "items": _S},
+                                                   "limit": _I}),
     ("POST", "/cache/invalidate"): _obj({"tenant_id": _I, "workflow": _S, "all": _B}),
     ("POST", "/router/models/<int:model_id>/taus"): _obj({"quality_target": _N}),
     ("POST", "/adapters"): _obj({"tenant_id": _I, "workflow": _S,
@@ -117,6 +120,7 @@ QUERIES: dict[str, list[tuple[str, dict]]] = {
     "/finops/export/<report>.csv": _PERIOD,
     "/audit": [("action", _S), ("limit", _I), ("offset", _I)],
     "/adapters": [("state", _S), ("tenant", _S)],
+    "/ledger/dead-letters": [("limit", _I)],
 }
 _CONVERTER = re.compile(r"<(?:(\w+)(?:\(([^)]*)\))?:)?(\w+)>")
 

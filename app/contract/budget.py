@@ -20,6 +20,12 @@ and ``settle`` are single Lua scripts, so concurrent gateways cannot both take t
 dollars: a hard stop refuses when spent + in-flight reservations + estimate > limit.
 Every reservation must be settled (with actual 0 when the request failed).
 
+A gateway's reservation is a lease (``hold``): the same script records it in its
+instance's holds hash (``app.contract.leases``) with a deadline, and ``settle`` returns
+it only if the hold is still there (HDEL), so a hold the reaper already gave back (its
+gateway died, or its deadline passed) is never taken off the counter twice. Invariant:
+``reserved`` == the sum of the live holds.
+
 Reconciling with the ledger (``correct_spent``), both ways: the counter is set to the
 ledger's sum plus what is counted but not yet drained (the unbooked hash), in one script,
 while the booking lock keeps the drain from committing rows between the SQL sum and the
@@ -33,6 +39,7 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Iterator
@@ -62,6 +69,9 @@ if limit then
 end
 redis.call('INCRBY', KEYS[2], est)
 redis.call('EXPIRE', KEYS[2], ARGV[2])
+if KEYS[5] then
+  redis.call('HSET', KEYS[5], ARGV[3], KEYS[2] .. '|' .. ARGV[1] .. '|' .. ARGV[4])
+end
 if not limit then return {1, 'no_budget', spent, reserved + est, -1, ''} end
 if spent + est > limit then return {1, 'over_budget_alert_only', spent, reserved + est, limit, ''} end
 return {1, 'ok', spent, reserved + est, limit, ''}
@@ -70,6 +80,11 @@ return {1, 'ok', spent, reserved + est, limit, ''}
 _SETTLE = """
 local r = tonumber(redis.call('GET', KEYS[2]) or '0')
 local dec = math.min(tonumber(ARGV[1]), r)
+if KEYS[5] and redis.call('HDEL', KEYS[5], ARGV[6]) == 0 then
+  -- the hold is gone: given back by the reaper (or, for a retry, settled already)
+  if ARGV[7] == '1' then return tonumber(redis.call('GET', KEYS[1]) or '0') end
+  dec = 0
+end
 if dec > 0 then redis.call('DECRBY', KEYS[2], dec) end
 local spent = redis.call('INCRBY', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[1], ARGV[3])
@@ -154,11 +169,16 @@ def error_body(reason: str) -> dict[str, Any]:
                       "code": "budget_exceeded"}}
 
 
-def _reserve_call(ns: str, tenant_id: int, estimate_usd: Any, period: str | None):
+def _reserve_call(ns: str, tenant_id: int, estimate_usd: Any, period: str | None,
+                  hold: "Hold | None" = None):
     period = period or current_period()
     keys = [spent_key(ns, tenant_id, period), reserved_key(ns, tenant_id, period),
             limit_key(ns, tenant_id), refused_key(ns, tenant_id, period)]
-    return keys, [max(to_micro(estimate_usd, round_up=True), 0), COUNTER_TTL_S], period
+    args = [max(to_micro(estimate_usd, round_up=True), 0), COUNTER_TTL_S]
+    if hold is not None:
+        keys.append(hold.holds_key)
+        args += [hold.request_id, int(time.time() + hold.lease_s)]
+    return keys, args, period
 
 
 def _reserve_result(raw: list, tenant_id: int, period: str) -> tuple[bool, str]:
@@ -169,46 +189,68 @@ def _reserve_result(raw: list, tenant_id: int, period: str) -> tuple[bool, str]:
     return False, exhausted_message(name, int(raw[4]), int(raw[2]), period)
 
 
+@dataclass(frozen=True)
+class Hold:
+    """A reservation as a lease: recorded under its gateway instance's holds hash
+    (``Keys.budget_holds``) as ``request_id``, given back by the reaper after ``lease_s``
+    or when the instance's heartbeat is gone."""
+    holds_key: str
+    request_id: str
+    lease_s: float = 900.0
+
+
 def reserve(redis, ns: str, tenant_id: int, estimate_usd: Decimal | float,
-            period: str | None = None) -> tuple[bool, str]:
+            period: str | None = None, hold: Hold | None = None) -> tuple[bool, str]:
     """Before sending upstream: hold ``estimate_usd`` against the tenant's month. Returns
     (allowed, reason); reason is 'ok', 'no_budget', 'over_budget_alert_only' or, when
-    refused, the message for the 429 body. Pass the same ``period`` to ``settle``."""
-    keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period)
+    refused, the message for the 429 body. Pass the same ``period`` (and ``hold``) to
+    ``settle``."""
+    keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period, hold)
     return _reserve_result(redis.eval(_RESERVE, len(keys), *keys, *args), tenant_id, period)
 
 
 async def areserve(redis, ns: str, tenant_id: int, estimate_usd: Decimal | float,
-                   period: str | None = None) -> tuple[bool, str]:
-    keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period)
+                   period: str | None = None, hold: Hold | None = None) -> tuple[bool, str]:
+    keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period, hold)
     raw = await redis.eval(_RESERVE, len(keys), *keys, *args)
     return _reserve_result(raw, tenant_id, period)
 
 
-def _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id):
+def _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id, hold,
+                 retry=False):
     period = period or current_period()
     actual = to_micro(actual_usd)
     keys = [spent_key(ns, tenant_id, period), reserved_key(ns, tenant_id, period),
             limit_key(ns, tenant_id), unbooked_key(ns, tenant_id)]
-    return keys, [max(to_micro(reserved_usd, round_up=True), 0), actual, COUNTER_TTL_S,
-                  request_id or "", f"{period}:{actual}:{int(time.time())}"]
+    args = [max(to_micro(reserved_usd, round_up=True), 0), actual, COUNTER_TTL_S,
+            request_id or "", f"{period}:{actual}:{int(time.time())}"]
+    if hold is not None:
+        keys.append(hold.holds_key)
+        args += [hold.request_id, "1" if retry else "0"]
+    return keys, args
 
 
 def settle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
            actual_usd: Decimal | float, period: str | None = None,
-           request_id: str | None = None) -> int:
+           request_id: str | None = None, hold: Hold | None = None) -> int:
     """After the response: release the reservation and count the actual cost (0 for a
     failed request or a cache hit). With ``request_id`` (the ledger row's), a budgeted
     tenant's count is remembered as unbooked until the drain commits the row, so a
-    reconcile can tell it from drift. Returns the month's spent micro-dollars."""
-    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id)
+    reconcile can tell it from drift. With ``hold``, the reservation is released only if
+    the reaper has not given it back already. Returns the month's spent micro-dollars."""
+    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id,
+                              hold)
     return int(redis.eval(_SETTLE, len(keys), *keys, *args))
 
 
 async def asettle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
                   actual_usd: Decimal | float, period: str | None = None,
-                  request_id: str | None = None) -> int:
-    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id)
+                  request_id: str | None = None, hold: Hold | None = None,
+                  retry: bool = False) -> int:
+    """``retry``: a settle sent again after an error (its reply may have been lost), so
+    with a ``hold`` it is applied only while the hold is still there (at most once)."""
+    keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id,
+                              hold, retry)
     return int(await redis.eval(_SETTLE, len(keys), *keys, *args))
 
 

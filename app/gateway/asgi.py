@@ -34,6 +34,7 @@ from app.contract.routers import PublishedRouters
 from app.contract.lint import LintSampler
 from app.contract.inflight import DEFAULT_TTL_S, AsyncInflightTracker
 from app.contract.keys import Keys
+from app.contract import leases
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,17 @@ class Gateway:
         self.snapshots = SnapshotStore(self.redis, self.keys.snapshot_version(),
                                        self.keys.snapshot_data(), self.poll_s)
         self.limiter = RateLimiter(self.redis, self.keys)
-        self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"])
+        self.instance = leases.new_instance_id()
+        self.heartbeat_s = float(self.config["GATEWAY_HEARTBEAT_S"])
+        self.budget = BudgetGuard(self.redis, self.config["REDIS_NAMESPACE"],
+                                  instance=self.instance,
+                                  lease_s=float(self.config["GATEWAY_HOLD_LEASE_S"]))
         self.inflight = AsyncInflightTracker(self.redis, self.keys)
         self.ledger = LedgerWriter(
             self.redis, self.keys, self.metrics,
             spool_dir=self.config["GATEWAY_LEDGER_SPOOL_DIR"] or None,
-            linger_s=float(self.config["GATEWAY_LEDGER_LINGER_S"]))
+            linger_s=float(self.config["GATEWAY_LEDGER_LINGER_S"]),
+            max_backlog=int(self.config["GATEWAY_LEDGER_MAX_BACKLOG"]))
         self.upstream = Upstream(eject_s=float(self.config["GATEWAY_EJECT_S"]))
         self.lint = LintSampler(self.redis, self.keys,
                                 float(self.config["GATEWAY_LINT_INTERVAL_S"]))
@@ -79,6 +85,8 @@ class Gateway:
         self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                                   socket_connect_timeout=1.0)
         await self.refresh_routers()
+        await self._beat()
+        await self._reap()  # a gateway that died before this one left holds behind
         if self.config["GATEWAY_CACHE_WARM"]:
             threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
             threading.Thread(target=minify_compact.warm, name="grammar-warm",
@@ -86,7 +94,34 @@ class Gateway:
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run()),
                        asyncio.create_task(self._refresh_inflight()),
-                       asyncio.create_task(self._flush_lint())]
+                       asyncio.create_task(self._flush_lint()),
+                       asyncio.create_task(self._heartbeat())]
+
+    async def _beat(self) -> None:
+        """Renew this instance's lease and settle what Redis refused earlier."""
+        try:
+            await self.budget.heartbeat(self.heartbeat_s)
+            if self.budget.unsettled:
+                await self.budget.retry_unsettled()
+        except Exception as exc:  # noqa: BLE001 - Redis out: the next beat tries again
+            log.warning("gateway heartbeat failed (%d settles waiting): %s",
+                        len(self.budget.unsettled), exc)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            await self._beat()
+
+    async def _reap(self, instances: list[str] | None = None) -> None:
+        """Give back the budget holds of dead gateway instances (``leases.reap``)."""
+        try:
+            out = await anyio.to_thread.run_sync(
+                lambda: leases.reap(self._router_redis, self.keys, instances=instances))
+            if out["holds"]:
+                log.warning("gave back %d budget holds (%d micro-USD) of %d dead gateway "
+                            "instances", out["holds"], out["micro"], out["instances"])
+        except Exception as exc:  # noqa: BLE001 - the Celery beat reaper runs too
+            log.warning("budget hold reaper failed: %s", exc)
 
     async def refresh_routers(self) -> None:
         """Reload the published routers when their version moved (one GET otherwise);
@@ -166,6 +201,10 @@ class Gateway:
                 await t
         if self._hooks:
             await asyncio.wait(self._hooks, timeout=5)
+        with contextlib.suppress(Exception):  # this instance is gone: its lease ends now
+            await self.budget.retry_unsettled()
+            await self.redis.delete(self.keys.gateway_alive(self.instance))
+            await self._reap([self.instance])
         if self.lint is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.lint.flush(), timeout=2)
@@ -200,13 +239,15 @@ class Gateway:
             actual = ctx.telemetry.get("cost_usd") or 0
             reserved, ctx.budget_reserved = ctx.budget_reserved, None
             self.spawn(self.budget.settle(ctx.tenant["id"], reserved, actual,
-                                          ctx.budget_period, ctx.request_id))
+                                          ctx.budget_period, ctx.request_id,
+                                          hold_id=ctx.request_id))
 
     async def release_budget(self, ctx: RequestContext) -> None:
         """Settle the hold now at cost 0 (a cache hit)."""
         if ctx.budget_reserved is not None:
             reserved, ctx.budget_reserved = ctx.budget_reserved, None
-            await self.budget.settle(ctx.tenant["id"], reserved, 0, ctx.budget_period)
+            await self.budget.settle(ctx.tenant["id"], reserved, 0, ctx.budget_period,
+                                     hold_id=ctx.request_id)
 
     def spawn(self, coro) -> None:
         """Run ``coro`` after the answer; ``stop`` waits for it."""

@@ -9,12 +9,15 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from decimal import Decimal
 
 import orjson
 
 from app.core.pricing import prices_at
 from app.contract import budget as rb
+from app.contract import leases
+from app.contract.keys import Keys
 from app.gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
@@ -63,13 +66,30 @@ def estimate_usd(body: dict, tiers: list[dict], max_tokens_cap: int) -> Decimal:
 
 
 class BudgetGuard:
-    def __init__(self, redis, ns: str, open_s: float = 2.0) -> None:
+    """Holds are leases of this gateway instance (``app.contract.leases``): recorded with
+    the instance id and a deadline by the reserve script, so a reaper can give back the
+    holds of a gateway that died. A settle that Redis refused is kept and retried by the
+    heartbeat, so an outage does not leave holds (or spend) behind."""
+
+    def __init__(self, redis, ns: str, open_s: float = 2.0, *, instance: str | None = None,
+                 lease_s: float = 900.0, keep_unsettled: int = 100_000) -> None:
         self.redis = redis
         self.ns = ns
         self.open_s = open_s
         self._skip_until = 0.0
+        self.keys = Keys(ns)
+        self.instance = instance
+        self.holds_key = self.keys.budget_holds(instance) if instance else None
+        self.lease_s = lease_s
+        self.unsettled: deque[tuple] = deque(maxlen=keep_unsettled)
 
-    async def reserve(self, tenant_id: int, estimate: Decimal) -> tuple[Decimal | None, str]:
+    def _hold(self, request_id: str | None) -> rb.Hold | None:
+        if self.holds_key is None or not request_id:
+            return None
+        return rb.Hold(self.holds_key, request_id, self.lease_s)
+
+    async def reserve(self, tenant_id: int, estimate: Decimal,
+                      request_id: str | None = None) -> tuple[Decimal | None, str]:
         """Hold ``estimate`` for the month; returns (held amount or None when Redis is
         out, period). Raises the 429 when a hard budget refuses it."""
         period = rb.current_period()
@@ -77,7 +97,7 @@ class BudgetGuard:
             return None, period
         try:
             ok, reason = await rb.areserve(self.redis, self.ns, tenant_id, estimate,
-                                           period=period)
+                                           period=period, hold=self._hold(request_id))
         except Exception as exc:  # noqa: BLE001 - never refuse traffic because Redis is down
             log.warning("budget counters unavailable, failing open: %s", exc)
             self._skip_until = time.monotonic() + self.open_s
@@ -91,14 +111,38 @@ class BudgetGuard:
         return estimate, period
 
     async def settle(self, tenant_id: int, reserved: Decimal | None, actual: Decimal,
-                     period: str, request_id: str | None = None) -> None:
+                     period: str, request_id: str | None = None, *,
+                     hold_id: str | None = None) -> None:
         """``request_id``: the ledger row's, when the request is booked (lets the
-        reconcile tell a not-yet-drained count from drift)."""
+        reconcile tell a not-yet-drained count from drift); ``hold_id``: the request id
+        the hold was reserved under."""
         if reserved is None:
             return
+        args = (tenant_id, reserved, actual, period, request_id, hold_id)
         try:
-            await rb.asettle(self.redis, self.ns, tenant_id, reserved, actual, period=period,
-                             request_id=request_id)
-        except Exception as exc:  # noqa: BLE001 - the ledger reconcile corrects the counter
-            log.warning("budget settle failed for tenant %s (reserved %s, actual %s): %s",
-                        tenant_id, reserved, actual, exc)
+            await self._settle(*args)
+        except Exception as exc:  # noqa: BLE001 - kept and retried by the heartbeat
+            self.unsettled.append(args)
+            log.warning("budget settle failed for tenant %s (reserved %s, actual %s), will "
+                        "retry: %s", tenant_id, reserved, actual, exc)
+
+    async def _settle(self, tenant_id, reserved, actual, period, request_id, hold_id,
+                      retry: bool = False) -> None:
+        await rb.asettle(self.redis, self.ns, tenant_id, reserved, actual, period=period,
+                         request_id=request_id, hold=self._hold(hold_id), retry=retry)
+
+    async def retry_unsettled(self) -> int:
+        """Settle what Redis refused earlier (idempotent per hold); returns how many
+        went through. Stops at the first failure (Redis still out)."""
+        done = 0
+        while self.unsettled:
+            await self._settle(*self.unsettled[0], retry=True)
+            self.unsettled.popleft()
+            done += 1
+        return done
+
+    async def heartbeat(self, interval_s: float) -> None:
+        """Renew this instance's lease (one pipelined round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        leases.heartbeat_commands(pipe, self.keys, self.instance, interval_s)
+        await pipe.execute()

@@ -90,7 +90,7 @@ async def _admit(gw, request: Request, rid: str) -> RequestContext:
     opts = body.get("stream_options") or {}
     estimate = estimate_usd(body, reachable_tiers(snap.allowed_tiers(tenant), tier),
                             int(policy["max_tokens_cap"]))
-    reserved, period = await gw.budget.reserve(tenant["id"], estimate)
+    reserved, period = await gw.budget.reserve(tenant["id"], estimate, rid)
     return RequestContext(
         request_id=rid, snapshot=snap, tenant=tenant, key=key, body=body,
         client_headers=dict(headers), services=gw, requested_model=body["model"],
@@ -274,6 +274,9 @@ async def healthz(request: Request) -> Response:
     body = {"ok": snap is not None, "snapshot_version": snap.version if snap else None,
             "redis": gw.snapshots.redis_ok, "ledger_backlog": len(gw.ledger.queue),
             "ledger_written": gw.ledger.written, "ledger_recovered": gw.ledger.recovered,
+            "ledger_spilled": gw.ledger.spilled, "ledger_spilling": gw.ledger.spill_at is not None,
+            "ledger_dropped": gw.ledger.dropped, "instance": gw.instance,
+            "budget_unsettled": len(gw.budget.unsettled),
             "reloads": gw.snapshots.reloads,
             "router_version": gw.routers.version, "routers": gw.routers.versions()}
     if not _operator(request):   # a load balancer needs only whether to send traffic here

@@ -7,8 +7,15 @@ pipelined batches and empties the spool once everything in it is on the stream. 
 gateway killed at any moment loses no answered request's ledger event: the next gateway
 process on the host finds the dead one's spool (its lock is free) and sends it on. A
 replayed event that had reached the stream already is dropped by the drain, which is
-idempotent on ``request_id``. When Redis is down the events stay queued (bounded) and
-spooled, and are retried, so an outage delays accounting instead of failing requests.
+idempotent on ``request_id``. When Redis is down the events stay queued and spooled,
+and are retried, so an outage delays accounting instead of failing requests.
+
+The in-memory queue is bounded (``max_backlog``); past it nothing is dropped: the
+writer *spills*, i.e. new events go to the spool file only, from the offset where
+spilling began, and are read back from the file in batches as the queue drains. The
+spool is truncated only once the queue is empty and everything spilled was read back.
+Only when the spool itself cannot be written (disk full) does a full queue drop its
+oldest event (counted in ``dropped``).
 """
 from __future__ import annotations
 
@@ -35,19 +42,51 @@ class Spool:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / f"ledger-{os.getpid()}-{uuid.uuid4().hex[:8]}.spool"
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.dirty = False
+        self.size = 0  # bytes written since the last clear
 
-    def append(self, line: bytes) -> None:
-        os.write(self.fd, line + b"\n")
+    def append(self, line: bytes) -> int:
+        """Append one event line; returns the offset it starts at."""
+        at = self.size
+        data = line + b"\n"
+        os.write(self.fd, data)
+        self.size += len(data)
         self.dirty = True
+        return at
+
+    def read_from(self, offset: int, max_events: int,
+                  chunk: int = 1 << 20) -> tuple[list[dict], int]:
+        """Up to ``max_events`` whole event lines from ``offset``; returns (events, the
+        offset after the last line read)."""
+        events: list[dict] = []
+        while len(events) < max_events and offset < self.size:
+            data = os.pread(self.fd, min(chunk, self.size - offset), offset)
+            end = data.rfind(b"\n")
+            if end < 0:
+                if len(data) < chunk:  # a torn last line (a write cut short): skip it
+                    log.error("skipped a torn spool line of %d bytes", len(data))
+                    offset += len(data)
+                    break
+                chunk *= 2
+                continue
+            for line in data[:end].split(b"\n"):
+                offset += len(line) + 1
+                try:
+                    events.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    log.error("skipped an unreadable spool line")
+                if len(events) >= max_events:
+                    break
+        return events, offset
 
     def clear(self) -> None:
         """Everything spooled is on the stream: start the file over."""
         if self.dirty:
             os.ftruncate(self.fd, 0)
             self.dirty = False
+            self.size = 0
 
     def close(self, *, remove: bool) -> None:
         if remove:
@@ -102,34 +141,61 @@ class LedgerWriter:
         self.queue: deque[dict] = deque()
         self.dropped = 0
         self.written = 0
+        self.spilled = 0      # events that went to the spool file only (queue was full)
         self.spool_errors = 0
         self.spool = Spool(spool_dir) if spool_dir else None
+        self.spill_at: int | None = None  # spool offset of the first event not queued
         self._wake = asyncio.Event()
+        self.recovered = 0
         if self.spool is not None:
-            self.queue.extend(self.spool.adopt_orphans())
-            self.recovered = len(self.queue)
-        else:
-            self.recovered = 0
+            # A dead gateway's events are now in this spool: read back like a spill.
+            self.recovered = len(self.spool.adopt_orphans())
+            if self.recovered:
+                self.spill_at = 0
+                self._wake.set()
 
     def submit(self, event: dict) -> None:
+        at = None
         if self.spool is not None:
             try:
-                self.spool.append(orjson.dumps(event))
+                at = self.spool.append(orjson.dumps(event))
             except OSError as exc:  # disk full: the event still goes out from memory
                 self.spool_errors += 1
                 log.error("ledger spool write failed: %s", exc)
-        if len(self.queue) >= self.max_backlog:
-            self.queue.popleft()
-            self.dropped += 1
-            log.error("ledger backlog full, dropped the oldest event")
-        self.queue.append(event)
+        if at is not None and (self.spill_at is not None or len(self.queue) >= self.max_backlog):
+            if self.spill_at is None:
+                self.spill_at = at
+                log.warning("ledger backlog at its cap (%d): spilling to the spool",
+                            self.max_backlog)
+            self.spilled += 1  # on disk only; read back when the queue drains
+        else:
+            if len(self.queue) >= self.max_backlog:
+                self.queue.popleft()
+                self.dropped += 1
+                log.error("ledger backlog full and the spool unwritable: dropped the oldest "
+                          "event")
+            self.queue.append(event)
         self._wake.set()
+
+    def _refill(self) -> None:
+        """Move spilled events from the spool file back into the queue, up to the cap."""
+        if self.spill_at is None or self.spool is None:
+            return
+        room = self.max_backlog - len(self.queue)
+        if room <= 0:
+            return
+        events, self.spill_at = self.spool.read_from(self.spill_at, min(room, self.batch * 8))
+        self.queue.extend(events)
+        if self.spill_at >= self.spool.size:
+            self.spill_at = None
+            log.info("ledger spill read back")
 
     async def flush(self) -> int:
         """Write everything queued; returns events written. Raises on Redis failure
         (the events stay queued). One stream entry carries up to ``batch`` events
         (field ``b``: a JSON array), so Redis work per request stays near zero."""
         done = 0
+        self._refill()
         while self.queue:
             n = min(len(self.queue), self.batch)
             events = [self.queue[i] for i in range(n)]
@@ -143,8 +209,11 @@ class LedgerWriter:
                 self.queue.popleft()
             done += n
             self.written += n
-        # No await since the queue emptied: nothing was spooled that is not on the stream.
-        if self.spool is not None:
+            if len(self.queue) < self.batch:
+                self._refill()
+        # No await since the queue emptied and the spill was read back: nothing was
+        # spooled that is not on the stream.
+        if self.spool is not None and self.spill_at is None:
             self.spool.clear()
         return done
 
@@ -152,7 +221,7 @@ class LedgerWriter:
         """Give up the spool: removed when everything reached the stream, else left for
         the next gateway process to send on."""
         if self.spool is not None:
-            self.spool.close(remove=not self.queue)
+            self.spool.close(remove=not self.queue and self.spill_at is None)
 
     async def run(self) -> None:
         while True:
@@ -160,6 +229,8 @@ class LedgerWriter:
             if len(self.queue) < self.batch:
                 await asyncio.sleep(self.linger_s)
             self._wake.clear()
+            if not self.queue and self.spill_at is None:
+                continue
             try:
                 await self.flush()
             except asyncio.CancelledError:
@@ -172,3 +243,5 @@ class LedgerWriter:
                 self._wake.set()
             if self.metrics is not None:
                 self.metrics.ledger_backlog.set(len(self.queue))
+            if self.spill_at is not None:
+                self._wake.set()  # more spilled events to read back

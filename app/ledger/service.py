@@ -23,6 +23,7 @@ from flask import current_app
 from app.contract import budget as budget_counters
 from app.contract.events import FeedbackEvent, LedgerEvent
 from app.extensions import db
+from app.ledger import dead_letter
 from app.ledger.models import SAVED_COLUMNS, LedgerEntry
 from app.models_base import utcnow
 
@@ -99,8 +100,9 @@ def _insert_ignore(rows: list[dict]) -> int:
 def _read(r, stream: str, group: str, consumer: str, count: int, min_idle_ms: int,
           block_ms: int | None) -> list[tuple[bytes, dict]]:
     """Stale pending entries of dead consumers first, then new ones."""
-    _, claimed, _deleted = r.xautoclaim(stream, group, consumer, min_idle_time=min_idle_ms,
-                                        start_id="0-0", count=count)
+    # [next id, entries] (Redis 6.2), plus the deleted ids on Redis 7
+    claimed = r.xautoclaim(stream, group, consumer, min_idle_time=min_idle_ms,
+                           start_id="0-0", count=count)[1]
     entries = [(i, f) for i, f in claimed if f]
     if len(entries) < count:
         got = r.xreadgroup(group, consumer, {stream: ">"}, count=count - len(entries),
@@ -126,7 +128,7 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, lis
                 raise ValueError("a batch entry must hold a JSON array")
         except Exception as exc:  # noqa: BLE001 - a poison entry must not block the stream
             log.error("ledger entry %s is malformed (%s); moved aside", entry_id, exc)
-            bad.append((entry_id, fields))
+            bad.append((entry_id, dead_letter.fields(fields, exc, entry_id)))
             continue
         parsed = []
         for ev in events:
@@ -135,7 +137,8 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, lis
             except Exception as exc:  # noqa: BLE001 - only the bad event is moved aside
                 log.error("ledger entry %s holds a malformed event (%s); moved aside",
                           entry_id, exc)
-                bad.append((entry_id, {b"e": orjson.dumps(ev)}))
+                bad.append((entry_id, dead_letter.fields({b"e": orjson.dumps(ev)}, exc,
+                                                         entry_id)))
         for ev, row in parsed:
             rows.setdefault(row["request_id"], row)
             if row["workflow"]:
@@ -151,6 +154,40 @@ def _write_batch(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, lis
             row["workflow"] = OVERFLOW
     booked = [(row["tenant_id"], row["request_id"]) for row in rows.values()]
     return _insert_ignore(list(rows.values())), created, bad, booked
+
+
+def write_each(entries: list[tuple[bytes, dict]]) -> tuple[int, int, list, list]:
+    """A batch whose commit failed, again with one transaction per event: an event that
+    still cannot be stored is returned among the bad ones (for the dead-letter stream,
+    with its error) and the others land, so one poison event never stalls the stream.
+    A transient error (the database went away) is raised: the entries stay pending and
+    the rows committed so far are skipped on the retry (idempotent on request_id)."""
+    inserted = created = 0
+    bad: list = []
+    booked: list = []
+    for entry_id, fields in entries:
+        try:
+            events = orjson.loads(fields[b"b"]) if b"b" in fields else None
+        except Exception:  # noqa: BLE001 - _write_batch moves the entry aside
+            events = None
+        singles = ([{b"e": orjson.dumps(ev)} for ev in events] if isinstance(events, list)
+                   else [fields])
+        for one in singles:
+            try:
+                i, c, b, bk = _write_batch([(entry_id, one)])
+                db.session.commit()
+            except Exception as exc:
+                db.session.rollback()
+                if dead_letter.is_transient(exc):
+                    raise
+                log.error("ledger entry %s: an event cannot be stored (%s); dead-lettered",
+                          entry_id, dead_letter.describe(exc))
+                bad.append((entry_id, dead_letter.fields(one, exc, entry_id)))
+                continue
+            inserted, created = inserted + i, created + c
+            bad.extend(b)
+            booked.extend(bk)
+    return inserted, created, bad, booked
 
 
 def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
@@ -181,9 +218,13 @@ def drain_stream(max_batches: int = 20, *, batch_size: int | None = None,
             try:
                 inserted, created, bad, booked = _write_batch(entries)
                 db.session.commit()
-            except Exception:
+            except Exception as exc:
                 db.session.rollback()
-                raise
+                if dead_letter.is_transient(exc):
+                    raise  # the database is away: the batch stays pending, retried later
+                log.error("ledger batch of %d entries failed (%s); storing them one by one",
+                          len(entries), dead_letter.describe(exc))
+                inserted, created, bad, booked = write_each(entries)
             ids = [i for i, _ in entries]
             if on_committed is not None:
                 on_committed(ids)

@@ -110,3 +110,5 @@ def test_racing_publishes_never_bring_a_revoked_key_back(world):
     publish_and_wait(world.gateway)
     with pytest.raises(openai.AuthenticationError):
         world.client(api_key=plain).chat.completions.create(model="tier-1", messages=MSGS)
+    print(f"\n[fault] racing publishes around a revocation: stale build v{slow_version} "
+          f"not stored, stored v{stored['version']}, revoked key refused=True", flush=True)

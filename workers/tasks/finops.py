@@ -30,3 +30,12 @@ def reset_budgets() -> int:
     zero; this re-publishes every limit and creates the month's counters."""
     from app.finops.service import mirror_budgets
     return mirror_budgets()
+
+
+@shared_task(name="finops.reap_holds")
+def reap_holds() -> dict:
+    """Give back the budget holds of gateway instances whose heartbeat is gone (killed
+    gateways) and of holds past their lease deadline."""
+    from app.contract import leases
+    from app.redis_client import get_redis, keys
+    return leases.reap(get_redis(), keys())
