@@ -2,7 +2,7 @@
 of what two requests must share to share an answer (exact and semantic)."""
 from __future__ import annotations
 
-from app.contract.cache.keys import build_key
+from app.contract.cache.keys import build_key, is_cacheable_response
 from app.contract.policy import DEFAULTS
 
 
@@ -44,3 +44,9 @@ def test_tool_results_after_the_question_are_part_of_the_key():
     assert sunny.text == rainy.text == asked.text
     assert len({sunny.composite, rainy.composite, asked.composite}) == 3
     assert len({sunny.exact_hash, rainy.exact_hash, asked.exact_hash}) == 3
+
+
+def test_a_complete_tool_call_answer_is_cacheable():
+    call = {"role": "assistant", "content": None, "tool_calls": CALL["tool_calls"]}
+    assert is_cacheable_response({"choices": [{"message": call, "finish_reason": "tool_calls"}]})
+    assert not is_cacheable_response({"choices": [{"message": call, "finish_reason": "abort"}]})

@@ -159,28 +159,3 @@ def test_a_conversation_with_tool_results_is_served(tool_engine):
     usage = r2.json()["usage"]
     assert usage["prompt_tokens"] > r.json()["usage"]["prompt_tokens"]
     assert usage["prompt_tokens_details"]["cached_tokens"] <= usage["prompt_tokens"] - 16
-
-
-@pytest.fixture(scope="module")
-def smol_tools(tmp_path_factory):
-    from app.engine.model import ensure_smollm2
-    ensure_smollm2()
-    eng = EngineProcess("smollm2", "smollm2-135m-instruct",
-                        tmp_path_factory.mktemp("smoltools") / "engine.log",
-                        extra=["--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
-    try:
-        eng.wait_healthy(timeout_s=240)
-        yield eng
-    finally:
-        eng.stop()
-
-
-@pytest.mark.slow
-def test_smollm2_auto_calls_when_the_conversation_asks_and_answers_otherwise(smol_tools):
-    ask = [*FEW_SHOT, {"role": "user", "content": "What is the weather in Paris?"}]
-    r = smol_tools.chat(ask, tools=[WEATHER, CLOCK], tool_choice="auto", max_tokens=40)
-    assert _calls(r) == [("get_weather", {"city": "Paris"})]
-    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
-    joke = [*FEW_SHOT, {"role": "user", "content": "Tell me a joke."}]
-    r = smol_tools.chat(joke, tools=[WEATHER, CLOCK], tool_choice="auto", max_tokens=20)
-    assert _calls(r) == [] and r.json()["choices"][0]["message"]["content"]

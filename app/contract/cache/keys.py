@@ -124,15 +124,17 @@ def is_cacheable_request(body: Mapping[str, Any], policy: Mapping[str, Any]) -> 
 
 def is_cacheable_response(response: Mapping[str, Any], *, schema_valid: bool | None = None,
                           negative_feedback: bool = False) -> bool:
-    """Only complete answers: every choice stopped or hit the length limit, and carries content
-    or tool calls; a schema that was asked for validated (``schema_valid`` False refuses)."""
+    """Only complete answers: every choice stopped, hit the length limit or ended in tool
+    calls, and carries content or tool calls; a schema that was asked for validated
+    (``schema_valid`` False refuses). A tool call is keyed on the tool set and every turn
+    (``build_key``), so it is served only to the same conversation with the same tools."""
     if negative_feedback or schema_valid is False or response.get("error"):
         return False
     choices = response.get("choices") or []
     if not choices:
         return False
     for ch in choices:
-        if ch.get("finish_reason") not in ("stop", "length"):
+        if ch.get("finish_reason") not in ("stop", "length", "tool_calls"):
             return False
         msg = ch.get("message") or {}
         if not (msg.get("content") or msg.get("tool_calls")):
