@@ -110,6 +110,13 @@ BODIES: dict[tuple[str, str], dict[str, Any]] = {
                                                    "limit": _I}),
     ("POST", "/cache/invalidate"): _obj({"tenant_id": _I, "workflow": _S, "all": _B}),
     ("POST", "/router/models/<int:model_id>/taus"): _obj({"quality_target": _N}),
+    # issue 24: fit S04's γ for a tier (id or name) to a target recall/precision in (0, 1]
+    # on the given traces ({margin, correct}) or the ledger's; save stores it on the tier
+    ("POST", "/router/gamma"): _obj({"tier": _S, "kind": {"type": "string",
+                                                          "enum": ["recall", "precision"]},
+                                     "target": _N, "days": _N, "model": _S, "save": _B,
+                                     "traces": {"type": "array", "items": _obj({
+                                         "margin": _N, "correct": _B})}}),
     ("POST", "/adapters"): _obj({"tenant_id": _I, "workflow": _S,
                                  "hyperparams": {"type": "object"}}),
     ("POST", "/adapters/<int:adapter_id>/<event>"): _COMMENT,
@@ -118,6 +125,8 @@ _PERIOD = [("period", _S), ("start", _S), ("end", _S), ("tenant", _S)]
 QUERIES: dict[str, list[tuple[str, dict]]] = {
     "/finops/dashboard": _PERIOD, "/finops/cohorts": _PERIOD, "/finops/showback": _PERIOD,
     "/finops/export/<report>.csv": _PERIOD,
+    # issue 24: savings per stage; the twelve months ending with the period's month
+    "/finops/savings": _PERIOD, "/finops/months": _PERIOD,
     "/audit": [("action", _S), ("limit", _I), ("offset", _I)],
     "/adapters": [("state", _S), ("tenant", _S)],
     "/ledger/dead-letters": [("limit", _I)],

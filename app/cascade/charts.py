@@ -57,3 +57,28 @@ def curve_html(model: RouterModel) -> str:
                       xaxis_title="cost / frontier cost", yaxis_title="quality / frontier quality",
                       **_LAYOUT)
     return _html(fig)
+
+
+def gamma_curve_html(fit: dict) -> str:
+    """γ calibration (issue 24): escalation rate, recall and precision of the margin
+    monitor as γ varies on the labelled traces, the fitted γ marked."""
+    curve = fit.get("curve") or []
+    if not curve:
+        return ""
+    x = [p["gamma"] for p in curve]
+    fig = go.Figure()
+    for key, name in (("recall", "recall (wrong answers escalated)"),
+                      ("precision", "precision (escalated that were wrong)"),
+                      ("escalation_rate", "escalation rate")):
+        fig.add_trace(go.Scatter(x=x, y=[p[key] for p in curve], mode="lines", name=name,
+                                 line=dict(shape="hv")))
+    if fit.get("gamma") is not None:
+        fig.add_vline(x=fit["gamma"], line_dash="dash", line_color="#b91c1c",
+                      annotation_text=f"γ = {fit['gamma']:.4f}")
+    if fit.get("gamma_before") is not None:
+        fig.add_vline(x=fit["gamma_before"], line_dash="dot", line_color="#6b7280",
+                      annotation_text="in force", annotation_position="bottom right")
+    fig.update_layout(title=f"Margin monitor on {fit['n']} labelled traces of {fit['tier']}",
+                      xaxis_title="γ (escalate when the mean margin is below it)",
+                      yaxis=dict(range=[0, 1.02], tickformat=".0%"), **_LAYOUT)
+    return _html(fig)

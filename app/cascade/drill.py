@@ -13,6 +13,12 @@ gateway sends it; S04 decides before the first byte), else from the ledger row o
 The result keeps every request briefly (``requests``: group, id, tier, escalated, latency,
 leaked, the first characters of the answer the client read). Recording a run is
 ``app.cascade.drill_runs.record_domain_shift``.
+
+Task accuracy with and without the monitor (issue 24, optional): every prompt is also sent
+to the tier the router sends the simple workflow to, by name (no margin monitor: what the
+client would get if nothing escalated), and to a reference tier (the frontier); the routed
+answer and the unmonitored one are each judged against the reference's answer with the
+rule of ``_judge``. The result's ``accuracy`` gives both, per group.
 """
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ import time
 from typing import Any, Callable, Iterator
 
 import httpx
+
+from app.core.concordance import json_field_match, normalize_text
 
 SYSTEM = ("You extract invoice fields. Reply with JSON only: "
           '{"invoice_number": string, "city": string, "amount": number}.')
@@ -78,9 +86,10 @@ def _sse_events(resp: httpx.Response) -> Iterator[dict]:
 
 
 def send(client: httpx.Client, url: str, key: str, prompt: str, workflow: str,
-         max_tokens: int) -> dict[str, Any]:
-    """One streamed request; what the client saw."""
-    body = {"model": "auto", "stream": True, "max_tokens": max_tokens, "temperature": 0,
+         max_tokens: int, model: str = "auto") -> dict[str, Any]:
+    """One streamed request; what the client saw. ``model``: "auto" (routed, the margin
+    monitor on) or a tier name (that tier answers, no monitor)."""
+    body = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0,
             "response_format": SCHEMA,
             "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]}
     headers = {"Authorization": f"Bearer {key}", "X-Sluice-Workflow": workflow}
@@ -116,7 +125,7 @@ def send(client: httpx.Client, url: str, key: str, prompt: str, workflow: str,
             "escalated": None if esc is None else esc.lower() in ("1", "true", "yes"),
             "latency_ms": (time.perf_counter() - t0) * 1000, "ttft_ms": ttft,
             "ids": len(ids - {None}), "models": len(models - {None}), "error_events": errors,
-            "json_valid": valid, "answer_head": text[:ANSWER_HEAD]}
+            "json_valid": valid, "answer_head": text[:ANSWER_HEAD], "answer": text}
 
 
 def leaked(r: dict[str, Any]) -> bool:
@@ -140,16 +149,64 @@ def _group(rows: list[dict]) -> dict[str, Any]:
             "leaks": sum(leaked(r) for r in rows)}
 
 
+def _judge(reference: str, candidate: str) -> bool:
+    """Whether ``candidate`` gives the reference's answer: a JSON object field by field
+    (the adapter shadow's ``json_fields`` rule), other text equal once normalized (an
+    extraction has one right answer, so no partial credit for sharing most words)."""
+    try:
+        is_json = isinstance(json.loads(reference), dict)
+    except ValueError:
+        is_json = False
+    if is_json:
+        return json_field_match(reference, candidate)[1]
+    return normalize_text(reference) == normalize_text(candidate)
+
+
+def _rate(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def task_accuracy(client: httpx.Client, url: str, key: str, jobs: list[tuple[str, str, dict]],
+                  workflow: str, max_tokens: int, unmonitored_tier: str,
+                  reference_tier: str) -> dict[str, Any]:
+    """Task accuracy of the routed answers (the margin monitor on) and of the same prompts
+    answered by ``unmonitored_tier`` with no monitor (what the router's tier gives when
+    nothing escalates), each judged against ``reference_tier``'s answer to the prompt (the
+    frontier as the judge). ``jobs``: (group, prompt, routed result)."""
+    marks: dict[str, dict[str, list[bool]]] = {"with_monitor": {}, "without_monitor": {}}
+    for group, prompt, routed in jobs:
+        if routed.get("status") != 200:
+            continue
+        ref = send(client, url, key, prompt, workflow, max_tokens, model=reference_tier)
+        bare = send(client, url, key, prompt, workflow, max_tokens, model=unmonitored_tier)
+        if ref["status"] != 200:
+            continue
+        marks["with_monitor"].setdefault(group, []).append(_judge(ref["answer"], routed["answer"]))
+        if bare["status"] == 200:
+            marks["without_monitor"].setdefault(group, []).append(
+                _judge(ref["answer"], bare["answer"]))
+    out: dict[str, Any] = {"judged_by": reference_tier, "unmonitored_tier": unmonitored_tier}
+    for mode, by_group in marks.items():
+        every = [m for flags in by_group.values() for m in flags]
+        out[mode] = {"ood": _rate(by_group.get("ood", [])), "control": _rate(by_group.get(
+            "control", [])), "all": _rate(every), "n": len(every)}
+    return out
+
+
 def run_domain_shift(url: str, key: str, *, n_ood: int, n_control: int, workflow: str,
                      max_tokens: int = 64, timeout_s: float = 120.0, seed: int = 0,
-                     escalation_lookup: Callable[[list[dict]], None] | None = None
+                     escalation_lookup: Callable[[list[dict]], None] | None = None,
+                     unmonitored_tier: str | None = None, reference_tier: str | None = None
                      ) -> dict[str, Any]:
-    """Run the drill; ``escalation_lookup`` fills ``escalated`` where headers did not (ledger)."""
+    """Run the drill; ``escalation_lookup`` fills ``escalated`` where headers did not
+    (ledger). With ``unmonitored_tier`` and ``reference_tier``, also the task accuracy
+    with and without the monitor (``task_accuracy``; two more requests per prompt)."""
     rng = random.Random(seed)
     jobs = [("control", control_prompt(rng)) for _ in range(n_control)] + \
            [("ood", ood_prompt(rng)) for _ in range(n_ood)]
     rng.shuffle(jobs)
     rows: dict[str, list[dict]] = {"control": [], "ood": []}
+    accuracy = None
     with httpx.Client(timeout=httpx.Timeout(timeout_s, connect=5.0)) as client:
         for group, prompt in jobs:
             try:
@@ -158,6 +215,14 @@ def run_domain_shift(url: str, key: str, *, n_ood: int, n_control: int, workflow
                 rows[group].append({"status": 0, "error": str(exc)[:200], "escalated": None,
                                     "latency_ms": None, "ids": 0, "models": 0, "error_events": 0,
                                     "json_valid": False, "tier": "", "request_id": None})
+        if unmonitored_tier and reference_tier:
+            done = {g: iter(rs) for g, rs in rows.items()}
+            try:
+                accuracy = task_accuracy(client, url, key,
+                                         [(g, p, next(done[g])) for g, p in jobs], workflow,
+                                         max_tokens, unmonitored_tier, reference_tier)
+            except httpx.HTTPError as exc:
+                accuracy = {"error": str(exc)[:200]}
     if escalation_lookup is not None:
         escalation_lookup([r for g in rows.values() for r in g if r["escalated"] is None])
     ood, control = _group(rows["ood"]), _group(rows["control"])
@@ -165,6 +230,7 @@ def run_domain_shift(url: str, key: str, *, n_ood: int, n_control: int, workflow
     added = (statistics.fmean(esc_lat) - control["latency_ms_mean"]
              if esc_lat and control["latency_ms_mean"] is not None else None)
     return {"ood": ood, "control": control, "added_latency_ms": added,
+            **({"accuracy": accuracy} if accuracy is not None else {}),
             "aborted_tier_bytes_to_client": ood["leaks"] + control["leaks"],
             "errors": sum(r["status"] != 200 for g in rows.values() for r in g),
             "requests": [_brief(group, r) for group, g in rows.items() for r in g]}

@@ -61,22 +61,29 @@ def record_domain_shift(url: str, key: str, *, workflow: str = "drill-simple-ext
                         n_ood: int = 40, n_control: int = 20, max_tokens: int = 64,
                         timeout_s: float = 120.0, ledger_wait_s: float = 15.0,
                         min_escalation_rate: float = 0.5, seed: int = 0,
-                        actor=None) -> DrillRun:
+                        unmonitored_tier: str | None = None,
+                        reference_tier: str | None = None, actor=None) -> DrillRun:
     """Run CD-28B against the gateway at ``url`` with tenant key ``key`` and return the
     finished run: status "passed" (no aborted-tier byte reached a client, no request
     failed, out-of-domain escalation rate >= ``min_escalation_rate``), "failed", or
     "error" (the drill itself broke; ``result["error"]`` says how). Raises
     ValidationError on bad parameters (nothing is recorded then). The key is never stored."""
     _validate(url, key, n_ood, n_control, max_tokens, min_escalation_rate)
+    if bool(unmonitored_tier) != bool(reference_tier):
+        raise ValidationError("invalid domain-shift drill", {"reference_tier": [
+            "task accuracy needs both the unmonitored tier and the reference tier"]})
     params = {"url": url, "workflow": workflow, "n_ood": n_ood, "n_control": n_control,
               "max_tokens": max_tokens, "min_escalation_rate": min_escalation_rate,
-              "seed": seed}
+              "seed": seed, **({"unmonitored_tier": unmonitored_tier,
+                                "reference_tier": reference_tier} if reference_tier else {})}
     run = start_run(KIND, params, actor=actor)
     try:
         result = run_domain_shift(url, key, n_ood=n_ood, n_control=n_control,
                                   workflow=workflow, max_tokens=max_tokens,
                                   timeout_s=timeout_s, seed=seed,
-                                  escalation_lookup=ledger_lookup(ledger_wait_s))
+                                  escalation_lookup=ledger_lookup(ledger_wait_s),
+                                  unmonitored_tier=unmonitored_tier,
+                                  reference_tier=reference_tier)
     except Exception as exc:  # noqa: BLE001 - the run records what went wrong
         return finish_run(run, {}, passed=None, error=f"{type(exc).__name__}: {exc}"[:500])
     return finish_run(run, result, passed=drill_passed(result, min_escalation_rate))

@@ -7,7 +7,8 @@ from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
 from app.errors import ServiceError, ValidationError
-from app.cascade import charts, service
+from app.cascade import charts, gamma, service
+from app.extensions import db
 
 from app.console.assets import plotly_js_response  # noqa: E402
 
@@ -89,6 +90,79 @@ def activate(model_id: int):
     else:
         flash(f"Version {model.version} is now active.", "info")
     return redirect(url_for("cascade.scope_detail", scope=model.scope, model=model_id))
+
+
+# --- γ calibration (issue 24) ------------------------------------------------------------
+
+def _gamma_form(args) -> dict:
+    return {"tier": args.get("tier", ""), "kind": args.get("kind", "recall"),
+            "target": args.get("target", "50"), "days": args.get("days", "30"),
+            "model": args.get("model", "")}
+
+
+def _gamma_fit(user, form: dict, save: bool = False) -> dict:
+    try:
+        target = float(form["target"]) / 100.0
+        days = float(form["days"] or 30)
+    except ValueError:
+        raise ValidationError("the target and the window are numbers",
+                              {"target": ["a percentage, e.g. 50"]}) from None
+    return gamma.calibrate(user, form["tier"], form["kind"], target, days=days,
+                           model=form["model"] or None, save=save)
+
+
+@bp.route("/gamma", methods=["GET", "POST"])
+@login_required
+def gamma_page():
+    """Fit S04's γ per tier for a target escalation recall or precision; show the curve;
+    save it on the tier (POST)."""
+    from app.catalog.models import Tier
+    if not current_user.can("catalog.manage"):
+        abort(403)
+    source = request.form if request.method == "POST" else request.args
+    form = _gamma_form(source)
+    fit, status = None, 200
+    if request.method == "POST" and source.get("clear"):
+        tier = gamma.save_gamma(current_user, form["tier"], None)
+        flash(f"γ cleared on {tier.name}: the policy's margin_gamma applies again.", "info")
+        return redirect(url_for("cascade.gamma_page", tier=tier.id))
+    if form["tier"]:
+        try:
+            fit = _gamma_fit(current_user, form, save=request.method == "POST")
+        except ServiceError as exc:
+            if exc.status == 403:
+                raise
+            flash("; ".join(m for ms in (exc.errors or {}).values() for m in ms) or exc.message,
+                  "error")
+            status = exc.status
+        else:
+            if fit["saved"]:
+                flash(f"γ = {fit['gamma']:.4f} saved on {fit['tier']}; gateways use it from "
+                      "the next snapshot.", "info")
+                return redirect(url_for("cascade.gamma_page", **{**form, "tier": fit["tier_id"]}))
+    tiers = list(db.session.scalars(db.select(Tier).order_by(Tier.rank)))
+    return render_template("cascade/gamma.html", tiers=tiers, form=form, fit=fit,
+                           curve_html=charts.gamma_curve_html(fit) if fit else ""), status
+
+
+@api_bp.route("/router/gamma", methods=["POST"])
+@api_auth
+def api_gamma():
+    """Fit (and with ``save``, store) a tier's γ; ``traces`` optional, else the ledger."""
+    data = body()
+    traces = data.get("traces")
+    if traces is not None and not isinstance(traces, list):
+        raise ValidationError("traces is a list", {"traces": ["a list of {margin, correct}"]})
+    try:
+        days = float(data.get("days", 30))
+    except (TypeError, ValueError):
+        raise ValidationError("days is a number", {"days": ["a number"]}) from None
+    model = data.get("model")
+    fit = gamma.calibrate(g.api_user, data.get("tier"), data.get("kind"), data.get("target"),
+                          traces=traces, days=days,
+                          model=model if isinstance(model, str) and model else None,
+                          save=data.get("save") is True)
+    return jsonify(fit)
 
 
 def _model_json(m) -> dict:

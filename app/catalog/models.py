@@ -33,6 +33,9 @@ class Tier(db.Model):
     timeout_s: Mapped[float] = mapped_column(default=60.0)
     enabled: Mapped[bool] = mapped_column(default=True)
     created_at = mapped_column(UTCDateTime, default=utcnow)
+    # S04's margin threshold calibrated for this tier's model (app.cascade.gamma); None:
+    # the policy's margin_gamma applies
+    margin_gamma: Mapped[float | None] = mapped_column(nullable=True)
 
     pool = relationship("Pool")
 
@@ -43,7 +46,8 @@ class Tier(db.Model):
                 "price_output_per_m": str(self.price_output_per_m),
                 "upstream_kind": self.upstream_kind, "pool_id": self.pool_id,
                 "endpoint_url": self.endpoint_url, "api_key_env": self.api_key_env,
-                "timeout_s": self.timeout_s, "enabled": self.enabled}
+                "timeout_s": self.timeout_s, "enabled": self.enabled,
+                "margin_gamma": self.margin_gamma}
 
 
 class Pool(db.Model):

@@ -186,6 +186,7 @@ class TierEntry(_Entry):
     timeout_s: float | None = None
     enabled: bool = True
     price_schedule: tuple[PriceChange, ...] = ()
+    margin_gamma: float | None = None     # calibrated S04 γ for this tier (else the policy's)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> TierEntry:

@@ -101,3 +101,33 @@ def cohort_figure(data: dict[str, Any]) -> dict:
          "marker": {"color": "#0f766e"}}],
         "layout": _layout("Baseline vs actual by cohort", barmode="group",
                           yaxis={"tickprefix": "$"})}
+
+
+def stage_figure(data: dict[str, Any]) -> dict:
+    """From the frontier baseline down to the actual spend, one step per stage (a
+    waterfall of the shown amounts: the steps end exactly at the shown actual)."""
+    lines = [ln for ln in data["lines"] if ln["amount_shown"] or ln["stage"] in
+             ("cache", "routing", "minify", "prefix", "escalation")]
+    return {"data": [{
+        "type": "waterfall", "orientation": "v",
+        "measure": ["absolute", *["relative"] * len(lines), "total"],
+        "x": ["Frontier baseline", *[ln["label"] for ln in lines], "Actual"],
+        "y": [_f(data["baseline_shown"]), *[-_f(ln["amount_shown"]) for ln in lines],
+              _f(data["cost_shown"])],
+        "decreasing": {"marker": {"color": "#0f766e"}},
+        "increasing": {"marker": {"color": "#b91c1c"}},
+        "totals": {"marker": {"color": "#9a3412"}}, "connector": {"line": {"color": "#9ca3af"}}}],
+        "layout": _layout("Savings per stage: baseline to actual", showlegend=False,
+                          yaxis={"tickprefix": "$"}, height=340)}
+
+
+def months_figure(data: dict[str, Any]) -> dict:
+    months = data["months"]
+    x = [m["month"] for m in months]
+    return {"data": [
+        {"type": "bar", "name": "Actual spend", "x": x, "y": [_f(m["cost"]) for m in months],
+         "marker": {"color": "#0f766e"}},
+        {"type": "scatter", "mode": "lines+markers", "name": "Baseline (frontier)", "x": x,
+         "y": [_f(m["baseline"]) for m in months], "line": {"dash": "dot", "color": "#9a3412"}}],
+        "layout": _layout("Twelve months: actual spend vs baseline", yaxis={"tickprefix": "$"},
+                          xaxis={"type": "category"})}

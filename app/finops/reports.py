@@ -11,6 +11,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import sqlalchemy as sa
 
 from app.core.costing import allocate, format_usd, shown
+from app.core.pricing import STAGES
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.finops import histogram
@@ -108,6 +109,7 @@ _SUMS = {"requests": Rollup.requests, "cache_exact": Rollup.cache_exact,
          "gpu_cost": Rollup.gpu_cost_usd, "baseline": Rollup.baseline_cost_usd,
          "cache_saved": Rollup.cache_saved_usd, "adjustments": Rollup.adjustment_usd,
          "pool_estimate": Rollup.pool_estimate_usd,
+         **{f"saved_{s}": getattr(Rollup, f"saved_{s}_usd") for s in STAGES},
          "ttft_sum": Rollup.ttft_ms_sum, "ttft_count": Rollup.ttft_count}
 
 
@@ -143,7 +145,8 @@ def _derive(d: dict[str, Any]) -> dict[str, Any]:
     """Derived figures of summed rollup columns. ``token_cost``: what was booked per token
     (external tiers, pools without a GPU rate, adjustments) less the pool estimates the
     GPU-hour allocation replaced; ``cost`` = that + ``gpu_cost`` (see app.finops.rollups)."""
-    for k in ("booked", "gpu_cost", "baseline", "cache_saved", "adjustments", "pool_estimate"):
+    for k in ("booked", "gpu_cost", "baseline", "cache_saved", "adjustments", "pool_estimate",
+              *(f"saved_{s}" for s in STAGES)):
         d[k] = Decimal(d[k] or 0)
     d["token_cost"] = d["booked"] - d["pool_estimate"]
     d["cost"] = d["token_cost"] + d["gpu_cost"]
@@ -323,7 +326,14 @@ REPORT_COLUMNS: dict[str, list[tuple[str, str]]] = {
                 ("prefix_hit_pct", "prefix_hit_pct"), ("semantic_hit_pct", "semantic_hit_pct"),
                 ("requests", "requests"), ("baseline_shown", "baseline_usd"),
                 ("cost_shown", "actual_usd"), ("delta_shown", "delta_usd"),
-                ("delta_pct", "delta_pct"), ("ttft_p50", "ttft_p50_ms")],
+                ("delta_pct", "delta_pct"), ("ttft_p50", "ttft_p50_ms"),
+                ("quality_parity_pct", "quality_parity_pct"), ("quality_n", "quality_labels"),
+                ("quality_frontier_n", "quality_frontier_labels")],
+    "stages": [("stage", "stage"), ("label", "label"), ("amount_shown", "saved_usd"),
+               ("pct_of_baseline", "pct_of_baseline")],
+    "months": [("month", "month"), ("requests", "requests"), ("cost_shown", "actual_usd"),
+               ("baseline_shown", "baseline_usd"), ("savings_shown", "savings_usd"),
+               ("savings_pct", "savings_pct")],
     "showback": [("tenant_id", "tenant_id"), ("tenant", "tenant"), ("department", "department"),
                  ("requests", "requests"), ("tokens", "tokens"),
                  ("token_cost_shown", "token_cost_usd"), ("gpu_cost_shown", "gpu_cost_usd"),
@@ -348,13 +358,22 @@ def report_rows(user, report: str, period: Period, tenant_id: Any = None
     """Header and rows of a named report for CSV (totals row last where there is one)."""
     if report not in REPORT_COLUMNS:
         raise ValidationError(f"no report {report!r}", {"report": list(REPORT_COLUMNS)})
+    from app.finops import savings
     cols = REPORT_COLUMNS[report]
     if report == "dashboard":
         rows = dashboard(user, period, tenant_id)["timeline"]
         total = None
+    elif report == "stages":
+        data = savings.stages(user, period, tenant_id)
+        rows = data["lines"]
+        total = {"stage": "total", "label": "Saved (baseline - actual)",
+                 "amount_shown": data["savings_shown"], "pct_of_baseline": data["savings_pct"]}
+    elif report == "months":
+        data = savings.twelve_months(user, period, tenant_id)
+        rows, total = data["months"], {**data["total"], "month": "total"}
     else:
-        data = cohorts(user, period, tenant_id) if report == "cohorts" else \
-            showback(user, period, tenant_id)
+        data = savings.add_quality(cohorts(user, period, tenant_id)) if report == "cohorts" \
+            else showback(user, period, tenant_id)
         rows, total = data["rows"], data["total"]
         total = {**total, "category": "total", "label": "Total", "tenant": "Total",
                  "dominant": ""}

@@ -76,6 +76,7 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
     the frontier (the baseline). ``price`` books each request (default: the tiers' own
     schedules); tests pass the gateway's booking function over a config snapshot."""
     rnd = random.Random(seed)
+    judge = random.Random(seed + 1)   # labels: their own stream, so the traffic is unchanged
     start, end = month_range(period)
     span = (end - start).total_seconds()
     price = price or schedule_pricer(tiers)
@@ -117,6 +118,7 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
             "ttft_ms": ttft, "latency_ms": round(ttft + completion * 0.9, 2),
             **{f"saved_{k}_usd": v for k, v in saved.items()},
             "payload": {"request_id": f"{prefix}-{seed}-{i}",
+                        **_labels(judge, cache, rank, escalated),
                         "caching_and_routing_decision": {
                             "semantic_cache_hit": cache == "semantic",
                             "radix_prefix_cache_tokens_reused": cached,
@@ -129,6 +131,26 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
                             "request_cost_usd": str(cost),
                             "baseline_frontier_equivalent_cost_usd": str(baseline)}},
         }
+
+
+# Share of served answers a client judges (POST /v1/feedback), and how often a tier's
+# answer passes (cheaper tiers a little less often): quality parity for the cohort report.
+FEEDBACK_SHARE = 0.2
+PASS_RATE = {1: 0.955, 2: 0.962, 3: 0.968}
+
+
+def _labels(judge: random.Random, cache: str, rank: int, escalated: bool) -> dict[str, Any]:
+    """The router-trace fields of a served request: the tier's rank, the escalation and,
+    for a sample, the client's verdict."""
+    if cache != "miss":
+        return {}
+    served = rank + 1                  # tiers go cheapest first, ranked by position
+    out: dict[str, Any] = {"tier_rank": served, "escalated_from": [served - 1] if escalated
+                           else None}
+    if judge.random() < FEEDBACK_SHARE:
+        out["feedback"] = {"pass": judge.random() < PASS_RATE.get(served, 0.96), "note": "",
+                           "at": None}
+    return out
 
 
 def _stage_savings(tier: SimTier | None, at: datetime, prompt: int, cached: int,

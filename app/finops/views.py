@@ -16,7 +16,7 @@ from flask_login import current_user, login_required
 from app.api.views import api_auth, body
 from app.core.costing import format_usd
 from app.errors import Forbidden, ServiceError
-from app.finops import charts, prices, reports, rollups, service
+from app.finops import charts, prices, reports, rollups, savings, service
 from app.finops.models import AdjustmentRequest
 
 bp = Blueprint("finops", __name__, url_prefix="/finops")
@@ -82,9 +82,24 @@ def dashboard():
 @bp.route("/cohorts")
 @login_required
 def cohorts():
-    data = reports.cohorts(current_user, _period(), request.args.get("tenant"))
+    data = savings.add_quality(reports.cohorts(current_user, _period(),
+                                               request.args.get("tenant")))
     return render_template("finops/cohorts.html", d=data, filters=_filters(),
                            figure=json.dumps(charts.cohort_figure(data)),
+                           tenants=reports.visible_tenants(current_user))
+
+
+@bp.route("/savings")
+@login_required
+def savings_page():
+    """Where the money went: savings per stage, and the twelve months to the period's."""
+    period = _period()
+    tenant = request.args.get("tenant")
+    stages = savings.stages(current_user, period, tenant)
+    year = savings.twelve_months(current_user, period, tenant)
+    return render_template("finops/savings.html", d=stages, year=year, filters=_filters(),
+                           figures=json.dumps({"stages": charts.stage_figure(stages),
+                                               "months": charts.months_figure(year)}),
                            tenants=reports.visible_tenants(current_user))
 
 
@@ -266,7 +281,21 @@ def api_dashboard():
 @api_bp.route("/finops/cohorts")
 @api_auth
 def api_cohorts():
-    return jsonify(_json(reports.cohorts(g.api_user, _period(), request.args.get("tenant"))))
+    return jsonify(_json(savings.add_quality(
+        reports.cohorts(g.api_user, _period(), request.args.get("tenant")))))
+
+
+@api_bp.route("/finops/savings")
+@api_auth
+def api_savings():
+    return jsonify(_json(savings.stages(g.api_user, _period(), request.args.get("tenant"))))
+
+
+@api_bp.route("/finops/months")
+@api_auth
+def api_months():
+    return jsonify(_json(savings.twelve_months(g.api_user, _period(),
+                                               request.args.get("tenant"))))
 
 
 @api_bp.route("/finops/showback")

@@ -51,7 +51,8 @@ def build_snapshot() -> dict[str, Any]:
         price_output_per_m=str(t.price_output_per_m),
         price_schedule=tuple(PriceChange.from_json(c) for c in schedules.get(t.id, [])),
         upstream_kind=t.upstream_kind, pool_id=t.pool_id, endpoint_url=t.endpoint_url,
-        api_key_env=t.api_key_env, timeout_s=t.timeout_s, enabled=t.enabled)
+        api_key_env=t.api_key_env, timeout_s=t.timeout_s, enabled=t.enabled,
+        margin_gamma=t.margin_gamma)
         for t in db.session.scalars(db.select(Tier).order_by(Tier.rank)))
     workflows = {f"{w.tenant_id}:{w.signature}": WorkflowEntry(
         w.id, w.name, w.category, w.first_seen_at.isoformat())

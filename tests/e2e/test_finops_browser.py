@@ -138,4 +138,9 @@ def test_screenshots_of_dashboard_and_cohorts(app, console, page, tmp_path):
     page.wait_for_timeout(300)
     assert page.locator("#cohort-table tbody tr").count() == 6
     page.screenshot(path=str(out / "finops-cohorts.png"), full_page=True)
+    page.goto(console + f"/finops/savings?period={period}")
+    _charts_drawn(page, "chart-stages", "chart-months")
+    page.wait_for_timeout(300)
+    assert page.locator("#stage-table tbody tr").count() == 9   # 8 lines and the total
+    page.screenshot(path=str(out / "finops-savings.png"), full_page=True)
     assert (out / "finops-dashboard.png").stat().st_size > 20_000

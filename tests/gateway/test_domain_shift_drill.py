@@ -35,7 +35,8 @@ def test_domain_shift_drill_against_the_gateway(app, gateway, novice, fake_repli
     publish_router(w, router_params(0.95, 0.95))  # the router sends every request to tier 1
 
     run = record_domain_shift(w.gateway.url, w.key, n_ood=6, n_control=4, max_tokens=32,
-                              ledger_wait_s=0)
+                              ledger_wait_s=0, unmonitored_tier="tier-1",
+                              reference_tier="tier-3")
 
     r = run.result
     assert run.status == "passed", r
@@ -49,10 +50,22 @@ def test_domain_shift_drill_against_the_gateway(app, gateway, novice, fake_repli
     assert len(reqs) == 10 and not any(q["leaked"] for q in reqs)
     # what the clients read: only the serving tier's answer, never the aborted "Unsure:" one
     assert all(q["answer_head"].startswith("Echo:") for q in reqs)
+    # task accuracy against the frontier's answers: tier 1 alone is wrong on every
+    # out-of-domain prompt ("Unsure: ..."), the monitor's escalations make them right
+    acc = r["accuracy"]
+    assert acc["judged_by"] == "tier-3" and acc["unmonitored_tier"] == "tier-1"
+    assert acc["with_monitor"] == {"ood": 1.0, "control": 1.0, "all": 1.0, "n": 10}
+    assert acc["without_monitor"] == {"ood": 0.0, "control": 1.0, "all": 0.4, "n": 10}
+    from tests.cascade.test_views import login
+    from tests.factories import UserFactory
+    with app.test_client() as client:
+        login(client, UserFactory(role="ops"))
+        page = client.get("/drills").get_data(as_text=True)
+    assert "with the monitor 100.0%" in page and "tier-1 alone 40.0%" in page
 
     # the ledger shows the aborted tier-1 attempts those clients never saw
     ood_ids = [q["request_id"] for q in reqs if q["group"] == "ood"]
-    w.drain_rows(1 + 10)
+    w.drain_rows(1 + 10 + 20)   # the accuracy pass: each prompt to tier 1 and tier 3 too
     rows = list(db.session.scalars(
         db.select(LedgerEntry).where(LedgerEntry.request_id.in_(ood_ids))))
     assert len(rows) == 6

@@ -136,3 +136,14 @@ def test_stage_savings_add_up_over_a_ledger_built_from_gateway_traffic(
         *[sa.func.sum(getattr(Rollup, c)) for c in SAVED_COLUMNS]).where(
         Rollup.grain == "month", Rollup.tenant_id.in_(tenants))).one()
     assert list(rolled) == stages
+    # and FinOps' stage lines account for the whole saving, nothing unattributed
+    from app.finops import reports, savings
+    from tests.factories import UserFactory
+    period = reports.Period(min(r.at for r in rows).replace(minute=0, second=0, microsecond=0),
+                            max(r.at for r in rows) + timedelta(hours=1), "traffic")
+    shown = savings.stages(UserFactory(role="finops"), period, w.tenant.id)
+    lines = {ln["stage"]: ln["amount"] for ln in shown["lines"]}
+    assert {s: lines[s] for s in STAGES} == by_stage
+    assert lines["unattributed"] == 0 and lines["gpu_true_up"] == 0
+    assert sum(ln["amount_shown"] for ln in shown["lines"]) == shown["savings_shown"] == \
+        costing.shown(baseline - cost)

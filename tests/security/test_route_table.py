@@ -195,6 +195,7 @@ RULES: dict[str, list[Walk]] = {
     "finops.dashboard": [G("/finops?tenant={own}", SEES)],
     "finops.cohorts": [G("/finops/cohorts?tenant={own}", SEES)],
     "finops.showback": [G("/finops/showback?tenant={own}", SEES)],
+    "finops.savings_page": [G("/finops/savings?tenant={own}", SEES)],
     "finops.export": [G("/finops/export/ledger.csv?tenant={own}", SEES)],
     "finops.budgets": [G("/finops/budgets", SIGNED_IN, hidden=OWN_NAME),
                        P("/finops/budgets", BUDGET,
@@ -226,6 +227,10 @@ RULES: dict[str, list[Walk]] = {
     "cascade.set_taus": [P("/router/models/{model}/taus", INFRA, {"quality_target": "99"},
                            {"quality_target": "abc"})],
     "cascade.activate": [P("/router/models/{model}/activate", OPS_ON_TENANT)],
+    # γ is a tier setting (shared infrastructure): global admin/ops
+    "cascade.gamma_page": [G("/router/gamma", INFRA),
+                           P("/router/gamma", INFRA, {"tier": "{tier}", "clear": "1"},
+                             {"tier": "{tier}", "kind": "bogus"})],
     "replica_routing.plotly_js": [G("/routing/plotly.js", PUBLIC)],
     "replica_routing.index": [G("/routing/", SIGNED_IN)],
     "replica_routing.simulate": [P("/routing/simulate", INFRA,
@@ -328,6 +333,8 @@ RULES: dict[str, list[Walk]] = {
     "finops_api.api_dashboard": [G("/api/v1/finops/dashboard?tenant={own}", SEES)],
     "finops_api.api_cohorts": [G("/api/v1/finops/cohorts?tenant={own}", SEES)],
     "finops_api.api_showback": [G("/api/v1/finops/showback?tenant={own}", SEES)],
+    "finops_api.api_savings": [G("/api/v1/finops/savings?tenant={own}", SEES)],
+    "finops_api.api_months": [G("/api/v1/finops/months?tenant={own}", SEES)],
     "finops_api.api_export": [G("/api/v1/finops/export/ledger.csv?tenant={own}", SEES)],
     "finops_api.api_budgets": [G("/api/v1/finops/budgets", SIGNED_IN, hidden=OWN_NAME)],
     "finops_api.api_budget_save": [
@@ -362,6 +369,10 @@ RULES: dict[str, list[Walk]] = {
     # another tenant's scope lists no versions (200, empty) rather than refusing
     "cascade_api.api_versions": [G("/api/v1/router/scopes/tenant:{own}/models", SIGNED_IN,
                                    hidden="trained_on")],
+    "cascade_api.api_gamma": [P("/api/v1/router/gamma", INFRA, {
+        "tier": "{tier}", "kind": "recall", "target": 0.5, "save": True,
+        "traces": [{"margin": 0.1, "correct": False}, {"margin": 3.0, "correct": True}]},
+        {"tier": "{tier}", "kind": "bogus"})],
     "cascade_api.api_set_taus": [P("/api/v1/router/models/{model}/taus", INFRA,
                                    {"quality_target": 0.99}, {"quality_target": "abc"})],
     "adapters_api.api_list": [G("/api/v1/adapters", SIGNED_IN, hidden=WF_NAME)],

@@ -37,9 +37,15 @@ def applies(ctx: RequestContext) -> bool:
     return any(t["rank"] > tier["rank"] for t in ctx.snapshot.allowed_tiers(ctx.tenant))
 
 
+def gamma(ctx: RequestContext) -> float:
+    """The tier's calibrated γ (``flask sluice calibrate-gamma``), else the policy's."""
+    own = (ctx.tier or {}).get("margin_gamma")
+    return float(ctx.policy["margin_gamma"] if own is None else own)
+
+
 def monitor(ctx: RequestContext) -> MarginMonitor:
     p = ctx.policy
-    return MarginMonitor(float(p["margin_gamma"]),
+    return MarginMonitor(gamma(ctx),
                          int(p["margin_window_tokens"]),
                          schema=schema_present(ctx.body))
 
