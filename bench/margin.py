@@ -31,6 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.core import margin_calibration as mc  # noqa: E402
 from app.core.margin import MarginMonitor, logprob_items, margin, value_token_mask  # noqa: E402
 
 DATA = Path(__file__).with_name("data") / "extraction_gold.jsonl"
@@ -215,6 +216,21 @@ def report(rows: list[dict], window: int, elapsed: float | None, engine: str) ->
         caught = (esc & (y == 0)).sum() / max(1, (y == 0).sum())
         wasted = (esc & (y == 1)).sum() / max(1, (y == 1).sum())
         print(f" {g:5.2f}  {esc.mean():8.1%}  {acc:16.1%}  {caught:11.1%}  {wasted:14.1%}")
+    print("\nγ calibration (app.core.margin_calibration, what `flask sluice calibrate-gamma "
+          "--traces` fits):")
+    print(" target            gamma  escalated  recall  precision  accepted-accuracy")
+    margins, correct = mc.labelled((r["margin_window"], bool(r["correct"])) for r in rows)
+    for kind, target in (("recall", 0.25), ("recall", 0.5), ("recall", 0.75),
+                         ("precision", 0.6), ("precision", 0.7), ("precision", 0.8)):
+        fit = mc.fit_gamma(margins, correct, kind, target)
+        p = fit["point"]
+        if p is None:
+            print(f" {kind} {target:.0%}: {fit['reason']}")
+            continue
+        prec = "—" if p["precision"] is None else f"{p['precision']:.1%}"
+        kept = "—" if p["kept_accuracy"] is None else f"{p['kept_accuracy']:.1%}"
+        print(f" {kind:9s} {target:4.0%}  {fit['gamma']:7.4f}  {p['escalation_rate']:8.1%}  "
+              f"{p['recall']:6.1%}  {prec:>9}  {kept:>17}")
     by_field: dict[str, list[int]] = {}
     for r in rows:
         by_field.setdefault(r["field"], []).append(int(r["correct"]))
