@@ -350,7 +350,7 @@ REPORT_COLUMNS: dict[str, list[tuple[str, str]]] = {
 LEDGER_COLUMNS = ("request_id", "kind", "at", "tenant_id", "workflow", "tier", "model",
                   "status", "cache", "prompt_tokens", "cached_tokens", "completion_tokens",
                   "cost_usd", "baseline_cost_usd", "escalated", "ttft_ms", "latency_ms",
-                  "usage_source")
+                  "usage_source", *(f"saved_{s}_usd" for s in STAGES))
 
 
 def report_rows(user, report: str, period: Period, tenant_id: Any = None

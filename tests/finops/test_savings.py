@@ -55,6 +55,12 @@ def test_stage_lines_add_up_and_page_api_csv_agree(month, client):
     assert {r[0]: r[2] for r in rows[1:-1]} == {
         k: format_usd(ln["amount_shown"], grouped=False, symbol=False) for k, ln in lines.items()}
     assert rows[-1][2] == format_usd(data["savings_shown"], grouped=False, symbol=False)
+    # the raw ledger CSV carries each row's stages too
+    raw = _csv(client, f"/finops/export/ledger.csv?period={PERIOD}")
+    col = raw[0].index("saved_routing_usd")
+    assert raw[0][-5:] == [f"saved_{s}_usd" for s in ("cache", "routing", "minify", "prefix",
+                                                      "escalation")]
+    assert any(Decimal(r[col]) > 0 for r in raw[1:])
 
 
 def test_twelve_months_run_rate_and_annualised_savings(month, client):
