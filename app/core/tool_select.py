@@ -6,6 +6,8 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
 - every tool the request cannot do without: the one ``tool_choice`` names, every tool
   called earlier in the conversation, and the tenant's pinned tools (never dropped, even
   past ``k``);
+- then the tools the workflow's past conversations with similar user turns called
+  (``learned_tools``: the workflow's recently called tools, by what was asked);
 - then the tools most similar to the conversation's user turns (cosine of embeddings the
   caller computed), up to ``k`` in all.
 
@@ -25,7 +27,7 @@ QUERY_CHARS = 2000   # user text embedded as the query (latest turns kept)
 @dataclass(frozen=True)
 class Selection:
     sent: list[dict]                        # tools to send, canonical order
-    reasons: dict[str, str] = field(default_factory=dict)   # name -> choice|called|pinned|similar
+    reasons: dict[str, str] = field(default_factory=dict)  # name -> choice|called|pinned|learned|similar
     dropped: list[str] = field(default_factory=list)        # names not sent
 
     @property
@@ -98,11 +100,28 @@ def parse_pinned(value: str) -> list[str]:
     return [n.strip() for n in (value or "").split(",") if n.strip()]
 
 
+def learned_tools(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *,
+                  min_similarity: float, neighbours: int = 3) -> list[str]:
+    """Tools called in the workflow's past conversations whose user turns were like this
+    one (cosine at least ``min_similarity``, the nearest ``neighbours``), nearest first.
+    ``memory``: (unit query vector, tools that conversation called)."""
+    scored = sorted(((float(vec @ query_vec), names) for vec, names in memory),
+                    key=lambda x: -x[0])
+    out: list[str] = []
+    for sim, names in scored[:neighbours]:
+        if sim < min_similarity:
+            break
+        out += [n for n in names if n not in out]
+    return out
+
+
 def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                  tool_choice: Any, *, k: int, pinned: Iterable[str],
-                 similarity: Sequence[float]) -> Selection:
+                 similarity: Sequence[float], learned: Sequence[str] = ()) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
-    against the conversation; ties keep the client's order."""
+    against the conversation; ties keep the client's order. ``learned``: tools the
+    workflow's similar past conversations called (``learned_tools``), taken before the
+    similar ones, within ``k``."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     must = [(choice_name(tool_choice), "choice")]
@@ -111,6 +130,11 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     for name, why in must:
         if name in names and name not in reasons:
             reasons[name] = why
+    for name in learned:
+        if len(reasons) >= k:
+            break
+        if name in names:
+            reasons.setdefault(name, "learned")
     ranked = sorted(range(len(tools)), key=lambda i: (-float(similarity[i]), i))
     for i in ranked:
         if len(reasons) >= k:

@@ -80,18 +80,54 @@ def tool_vectors(tools: list[dict]):
     return np.stack(found)
 
 
-def select(ctx: RequestContext, body: dict) -> Selection:
+class WorkflowMemory:
+    """What each workflow's conversations asked and which tools they called, most recent
+    ``size`` conversations per (tenant, workflow), in this process: a conversation is
+    remembered from its later turns (their earlier ``tool_calls``), keyed by its user
+    turns, so the tools a kind of task needs are sent the next time it is asked."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size, self.lock = size, threading.Lock()
+        self.data: dict[tuple, OrderedDict] = {}
+
+    def learn(self, key: tuple, query: str, vec, called: list[str]) -> None:
+        if not called:
+            return
+        with self.lock:
+            mem = self.data.setdefault(key, OrderedDict())
+            mem[query] = (vec, tuple(called))
+            mem.move_to_end(query)
+            while len(mem) > self.size:
+                mem.popitem(last=False)
+
+    def entries(self, key: tuple) -> list:
+        with self.lock:
+            return list((self.data.get(key) or {}).values())
+
+
+MEMORY = WorkflowMemory()
+LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
+
+
+def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
+    from app.core.tool_select import called_names, learned_tools
     tools, messages = body["tools"], body.get("messages") or []
     query = query_text(messages)
+    learned: list[str] = []
     if query.strip():
-        sims = tool_vectors(tools) @ embed(query, owner=(ctx.tenant or {}).get("id"))
+        qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
+        sims = tool_vectors(tools) @ qvec
+        key = ((ctx.tenant or {}).get("id"), ctx.workflow_signature)
+        learned = learned_tools(qvec, memory.entries(key),
+                                min_similarity=LEARNED_MIN_SIMILARITY)
+        memory.learn(key, query, qvec, called_names(messages))
     else:
         sims = [0.0] * len(tools)
     return select_tools(tools, messages, body.get("tool_choice"),
                         k=int(ctx.policy["tool_retrieval_k"]),
                         pinned=parse_pinned(ctx.policy.get("tool_retrieval_pinned") or ""),
-                        similarity=[float(s) for s in sims])
+                        similarity=[float(s) for s in sims], learned=learned)
 
 
 def choose(ctx: RequestContext) -> dict:

@@ -93,6 +93,37 @@ def list_workflows(user, *, tenant_id: int | None = None) -> list[Workflow]:
     return list(db.session.scalars(q))
 
 
+TOOL_TOKEN_DAYS = 7
+
+
+def tool_token_totals(workflows: list[Workflow], days: int = TOOL_TOKEN_DAYS
+                      ) -> dict[int, tuple[int, int, int]]:
+    """Workflow id -> (tool-definition tokens sent, tokens tool retrieval kept out,
+    full-set retries) over the last ``days`` days of the ledger (gateway rows)."""
+    from datetime import timedelta
+
+    import sqlalchemy as sa
+
+    from app.ledger.models import LedgerEntry
+    from app.models_base import utcnow
+    if not workflows:
+        return {}
+    by_key = {(w.tenant_id, w.signature): w.id for w in workflows}
+    q = (sa.select(LedgerEntry.tenant_id, LedgerEntry.workflow,
+                   sa.func.sum(LedgerEntry.tool_tokens), sa.func.sum(LedgerEntry.tool_tokens_saved),
+                   sa.func.sum(LedgerEntry.tool_retries))
+         .where(LedgerEntry.tenant_id.in_({w.tenant_id for w in workflows}),
+                LedgerEntry.at >= utcnow() - timedelta(days=days),
+                LedgerEntry.kind == "request", LedgerEntry.tool_tokens > 0)
+         .group_by(LedgerEntry.tenant_id, LedgerEntry.workflow))
+    out = {}
+    for tenant_id, signature, sent, saved, retries in db.session.execute(q):
+        wid = by_key.get((tenant_id, signature))
+        if wid is not None:
+            out[wid] = (int(sent or 0), int(saved or 0), int(retries or 0))
+    return out
+
+
 def get_workflow(user, workflow_id: int) -> Workflow:
     wf = db.session.get(Workflow, workflow_id)
     if wf is None or not user.sees_tenant(wf.tenant_id):

@@ -63,6 +63,16 @@ def test_only_relevant_tools_go_up_in_canonical_order_and_the_ledger_books_the_s
         tools = row.payload["pipeline"]["tools"]
         assert tools["offered"] == 12 and tools["reasons"]["calculate"] == "pinned"
     assert rows[1].payload["pipeline"]["tools"]["reasons"]["send_email"] == "choice"
+    # the console's workflows page shows the workflow's tool tokens sent and saved
+    from tests.console.web import browser, login
+    from tests.factories import UserFactory
+    console = browser(app)
+    login(console, UserFactory(role="admin").email)
+    html = console.get("/workflows").get_data(as_text=True)
+    row = html.split(f"<code>{rows[0].workflow[:12]}</code>", 1)[1].split("</tr>", 1)[0]
+    mine = [r for r in rows if r.workflow == rows[0].workflow]
+    sent, saved = sum(r.tool_tokens for r in mine), sum(r.tool_tokens_saved for r in mine)
+    assert f"{sent:,}" in row and f"{saved:,} ({100 * saved / (sent + saved):.0f}%)" in row
 
 
 def test_a_call_to_an_unsent_tool_is_retried_with_every_tool(app, gateway, fake_replicas,
