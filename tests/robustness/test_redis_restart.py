@@ -65,6 +65,7 @@ def test_redis_restart_loses_no_ledger_row_and_leaks_no_hold(app, app_config, ga
             status, rid, ok = _post(url, world.key, f"before {i}")
             assert ok
             answered.add(rid)
+        wait_for(lambda: int(r.get(reserved) or 0) == 0, what="the first requests settled")
         # streams that hold budget across the restart: their settle meets Redis down
         slow = [threading.Thread(target=lambda i=i: results.append(_post(
             url, world.key, f"across {i} a b c [[chunk-delay:250]]", stream=True)))
