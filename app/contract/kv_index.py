@@ -58,7 +58,8 @@ def apply_events(redis, keys: Keys, replica_id: object, events: Sequence[tuple[s
     blocks = keys.replica_kv_blocks(replica_id)
     pipe = redis.pipeline(transaction=True)
     stored = removed = 0
-    for kind, ids in events:
+    for kind, hashes in events:
+        ids = [block_id(h) for h in hashes]
         if kind == "AllBlocksCleared":
             pipe.delete(blocks)
         elif kind == "BlockStored" and ids:

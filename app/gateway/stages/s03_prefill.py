@@ -22,8 +22,9 @@ import itertools
 import logging
 
 from app.contract.inflight import read_loads_async
+from app.core.kv_routing import kv_choice
 from app.core.rendezvous import sluice_choice
-from app.gateway import adapters
+from app.gateway import adapters, kv_route
 from app.gateway.context import RequestContext
 from app.gateway.replicas import live_replicas, pick, routing_key, salt, views_of  # noqa: F401
 
@@ -60,11 +61,41 @@ async def run(ctx: RequestContext) -> str:
         return "S04_DECODE"
     views, by_id = views_of(reps)
     loads = await _loads(ctx, [v.id for v in views])
-    choice = sluice_choice(routing_key(ctx), views, loads,
-                           float(ctx.policy["bounded_load_factor"]))
+    if ctx.policy["replica_choice"] == "kv_events":
+        choice = await _kv_events(ctx, views, loads)
+    else:
+        choice = sluice_choice(routing_key(ctx), views, loads,
+                               float(ctx.policy["bounded_load_factor"]))
     ctx.replica = by_id[choice.id]
     ctx.telemetry["replica_load"] = {str(k): v for k, v in loads.items()} if loads else None
     return "S04_DECODE"
+
+
+async def _kv_events(ctx: RequestContext, views: list, loads: dict):
+    """The kv_events policy: matched blocks from the engines' own events, else (tokenizer
+    still loading, index stale or unreachable) today's rendezvous, said in telemetry."""
+    matched, prompt = None, 0
+    pool = ctx.snapshot.pools.get(str(ctx.tier.get("pool_id")))
+    tokens = kv_route.prompt_tokens(pool.model) if pool and ctx.services else None
+    if tokens is not None:
+        body = ctx.upstream_body or ctx.body
+        arm = adapters.choice(ctx)       # the adapter the chosen replicas all hold, if any
+        model = (arm[0] if arm and any(v.id in arm[1] for v in views)
+                 else ctx.snapshot.served_model(ctx.tier))
+        try:
+            chain, prompt = kv_route.request_chain(tokens, body, model, salt(ctx) or "")
+        except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
+            log.debug("kv_events: prompt not hashed: %s", exc)
+            chain = None
+        if chain is not None:
+            matched = await kv_route.matched_tokens(ctx.services, [v.id for v in views], chain)
+    choice, how = kv_choice(routing_key(ctx), views, matched, loads,
+                            float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt)
+    ctx.telemetry["replica_choice"] = how
+    if matched is not None:
+        ctx.telemetry["kv_matched_tokens"] = int(matched.get(choice.id, 0))
+        ctx.telemetry["kv_prompt_tokens"] = prompt
+    return choice
 
 
 async def local_prefill(ctx: RequestContext) -> str:
