@@ -92,7 +92,17 @@ def domain_shift():
     return _queued(queue_domain_shift, "Domain-shift drill queued; it shows below once a "
                    "worker starts it.", url=(request.form.get("url") or "").strip(),
                    workflow=(request.form.get("workflow") or "drill-simple-extraction").strip(),
-                   **nums)
+                   **_accuracy_tiers(request.form), **nums)
+
+
+def _accuracy_tiers(data) -> dict[str, str]:
+    """CD-28B's optional task-accuracy pass: the unmonitored and the reference tier."""
+    out = {}
+    for field in ("unmonitored_tier", "reference_tier"):
+        value = data.get(field)
+        if isinstance(value, str) and value.strip():
+            out[field] = value.strip()[:64]
+    return out
 
 
 @bp.route("/drills/cache-poisoning", methods=["POST"])
@@ -211,11 +221,13 @@ def api_cache_poisoning():
 @api_auth
 def api_domain_shift():
     """CD-28B, queued for a worker: ``{"key": tenant API key, "url": gateway, "workflow",
-    "n_ood", "n_control", "max_tokens", "min_escalation_rate"}``; 202."""
+    "n_ood", "n_control", "max_tokens", "min_escalation_rate"}`` and, for task accuracy
+    with and without the monitor, ``"unmonitored_tier", "reference_tier"``; 202."""
     data = body()
     nums = _api_numbers(DOMAIN_SHIFT_NUMBERS, data)
     queue_domain_shift(g.api_user, _text(data, "key"), url=_text(data, "url"),
-                       workflow=_text(data, "workflow", "drill-simple-extraction"), **nums)
+                       workflow=_text(data, "workflow", "drill-simple-extraction"),
+                       **_accuracy_tiers(data), **nums)
     return jsonify({"queued": "domain-shift"}), 202
 
 

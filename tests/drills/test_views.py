@@ -61,7 +61,8 @@ def test_domain_shift_started_from_the_page_runs_on_a_worker(app, celery_worker,
                    policy={"frontier_first_hours": 0, "cache_enabled": False})
     ops = _ops(app)
     resp = submit(ops, "/drills", {"url": gateway.url, "key": w.key, "n_ood": "2",
-                                   "n_control": "1", "max_tokens": "8"},
+                                   "n_control": "1", "max_tokens": "8",
+                                   "unmonitored_tier": "tier-1", "reference_tier": "tier-3"},
                   action="/drills/domain-shift")
     assert resp.status_code == 303
 
@@ -78,6 +79,11 @@ def test_domain_shift_started_from_the_page_runs_on_a_worker(app, celery_worker,
     assert not list(redis_client.scan_iter(keys().k("drill", "secret", "*")))  # taken once
     html = ops.get("/drills").get_data(as_text=True)
     assert "out-of-domain escalation" in html and "aborted-tier bytes to client 0" in html
+    # the task-accuracy pass the form asked for: every prompt judged against tier 3's answer
+    assert run.params["unmonitored_tier"] == "tier-1" and run.params["reference_tier"] == "tier-3"
+    acc = run.result["accuracy"]
+    assert acc["with_monitor"]["n"] == 3 and acc["without_monitor"]["n"] == 3
+    assert "task accuracy (judged by tier-3" in html
     assert '"aborted_tier_bytes_to_client"' not in html
 
     # a bad URL reaches the worker's validation and shows as an error row
