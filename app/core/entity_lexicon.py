@@ -12,12 +12,16 @@ also additionally furthermore meanwhile unfortunately actually basically quick q
 tell me could would you i we us our my system general license""".split()
 
 
+# Ordinary business words the vocabulary lacks (so they would read as names).
+EXTRA_COMMON = """headcount staffing receivables payables onboarding offboarding""".split()
+
+
 def _load_common() -> frozenset[str]:
     try:
         words = set(WORDS_FILE.read_text().split())
     except OSError:  # a broken install must not break the cache: fall back to the fillers
         words = set()
-    return frozenset(words | set(FILLERS) | set("abcdefghijklmnopqrstuvwxyz"))
+    return frozenset(words | set(FILLERS) | set(EXTRA_COMMON) | set("abcdefghijklmnopqrstuvwxyz"))
 
 
 COMMON_WORDS = _load_common()
