@@ -6,10 +6,11 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
 - every tool the request cannot do without: the one ``tool_choice`` names, every tool
   called earlier in the conversation, and the tenant's pinned tools (never dropped, even
   past ``k``);
-- then the tools the workflow's past conversations with similar user turns called
-  (``learned_tools``: the workflow's recently called tools, by what was asked);
-- then the tools most similar to the conversation's user turns (cosine of embeddings the
-  caller computed), up to ``k`` in all.
+- then, up to ``k`` in all, the best scored: the cosine of the tool's embedding to the
+  conversation's user turns (the caller computes it), plus a share of ``lexical_scores``
+  (the tool's name words in the request), plus, for a tool the workflow's past
+  conversations that asked alike called (``learned_tools``: its recently called tools,
+  by what was asked), that conversation's cosine.
 
 They go out in canonical order (by name), so a conversation whose selection does not
 change sends byte-identical tool blocks turn after turn and the engine's prefix cache
@@ -18,6 +19,7 @@ turns do not move the selection.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -71,6 +73,32 @@ def query_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return text[-QUERY_CHARS:]
 
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _stems(text: str) -> set[str]:
+    return {w[:5] for w in _WORD.findall(text.lower()) if len(w) > 2}
+
+
+def lexical_scores(query: str, tools: Sequence[Mapping[str, Any]]) -> list[float]:
+    """Per tool, the share of its name's words (first five letters; not the catalogue's
+    verbs) the query uses: "issue" finds ``create_github_issue`` where a sentence
+    embedding of a bug report does not."""
+    asked = _stems(query)
+    # a word that starts three or more of the names is a verb of the catalogue (get_,
+    # create_, search_): it says nothing about which tool is meant
+    firsts: dict[str, int] = {}
+    for tool in tools:
+        first = _words(tool_name(tool)).split(" ")[0].lower()[:5]
+        firsts[first] = firsts.get(first, 0) + 1
+    verbs = {w for w, n in firsts.items() if n >= 3}
+    out = []
+    for tool in tools:
+        words = _stems(_words(tool_name(tool))) - verbs
+        out.append(len(words & asked) / len(words) if words else 0.0)
+    return out
+
+
 def called_names(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """Tools called earlier in the conversation (assistant ``tool_calls`` and the legacy
     ``function_call``), in order of first call."""
@@ -101,27 +129,30 @@ def parse_pinned(value: str) -> list[str]:
 
 
 def learned_tools(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *,
-                  min_similarity: float, neighbours: int = 3) -> list[str]:
+                  min_similarity: float, neighbours: int = 3) -> dict[str, float]:
     """Tools called in the workflow's past conversations whose user turns were like this
-    one (cosine at least ``min_similarity``, the nearest ``neighbours``), nearest first.
-    ``memory``: (unit query vector, tools that conversation called)."""
+    one (cosine at least ``min_similarity``, the nearest ``neighbours``), each with the
+    cosine of the nearest such conversation. ``memory``: (unit query vector, tools that
+    conversation called)."""
     scored = sorted(((float(vec @ query_vec), names) for vec, names in memory),
                     key=lambda x: -x[0])
-    out: list[str] = []
+    out: dict[str, float] = {}
     for sim, names in scored[:neighbours]:
         if sim < min_similarity:
             break
-        out += [n for n in names if n not in out]
+        for n in names:
+            out.setdefault(n, sim)
     return out
 
 
 def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                  tool_choice: Any, *, k: int, pinned: Iterable[str],
-                 similarity: Sequence[float], learned: Sequence[str] = ()) -> Selection:
+                 similarity: Sequence[float],
+                 learned: Mapping[str, float] | None = None) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
-    workflow's similar past conversations called (``learned_tools``), taken before the
-    similar ones, within ``k``."""
+    workflow's alike past conversations called (``learned_tools``); their cosine is added
+    to their score, so a strong direct match still competes with a weak neighbour."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     must = [(choice_name(tool_choice), "choice")]
@@ -130,15 +161,12 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     for name, why in must:
         if name in names and name not in reasons:
             reasons[name] = why
-    for name in learned:
-        if len(reasons) >= k:
-            break
-        if name in names:
-            reasons.setdefault(name, "learned")
-    ranked = sorted(range(len(tools)), key=lambda i: (-float(similarity[i]), i))
+    learned = learned or {}
+    score = [float(similarity[i]) + learned.get(names[i], 0.0) for i in range(len(tools))]
+    ranked = sorted(range(len(tools)), key=lambda i: (-score[i], i))
     for i in ranked:
         if len(reasons) >= k:
             break
-        reasons.setdefault(names[i], "similar")
+        reasons.setdefault(names[i], "learned" if names[i] in learned else "similar")
     sent = sorted((t for t, n in zip(tools, names) if n in reasons), key=tool_name)
     return Selection(sent, reasons, [n for n in names if n not in reasons])

@@ -106,18 +106,22 @@ class WorkflowMemory:
 
 
 MEMORY = WorkflowMemory()
+LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
 LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
 
 
 def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
-    from app.core.tool_select import called_names, learned_tools
+    import numpy as np
+
+    from app.core.tool_select import called_names, learned_tools, lexical_scores
     tools, messages = body["tools"], body.get("messages") or []
     query = query_text(messages)
     learned: list[str] = []
     if query.strip():
         qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
-        sims = tool_vectors(tools) @ qvec
+        sims = tool_vectors(tools) @ qvec + LEXICAL_WEIGHT * np.asarray(
+            lexical_scores(query, tools))
         key = ((ctx.tenant or {}).get("id"), ctx.workflow_signature)
         learned = learned_tools(qvec, memory.entries(key),
                                 min_similarity=LEARNED_MIN_SIMILARITY)

@@ -27,11 +27,18 @@ def test_choice_called_and_pinned_are_kept_past_k_then_the_most_similar_by_name(
     assert sel.dropped == ["zeta", "gamma"]
 
 
-def test_learned_tools_come_from_alike_past_conversations_before_similar_ones():
+def test_learned_tools_come_from_alike_past_conversations_and_add_to_the_score():
     q = np.array([1.0, 0.0])
     memory = [(np.array([0.0, 1.0]), ("zeta",)), (np.array([0.8, 0.6]), ("beta", "alpha"))]
-    assert learned_tools(q, memory, min_similarity=0.5) == ["beta", "alpha"]
-    assert learned_tools(q, memory, min_similarity=0.9) == []
-    sel = select_tools(TOOLS, [], "auto", k=3, pinned=[], similarity=[0, 0, 0.9, 0, 0],
-                       learned=["beta", "alpha"])
-    assert sel.reasons == {"beta": "learned", "alpha": "learned", "mid": "similar"}
+    assert learned_tools(q, memory, min_similarity=0.5) == {"beta": 0.8, "alpha": 0.8}
+    assert learned_tools(q, memory, min_similarity=0.9) == {}
+    sel = select_tools(TOOLS, [], "auto", k=2, pinned=[], similarity=[0, 0, 0.9, 0.1, 0],
+                       learned={"beta": 0.5, "alpha": 0.3})
+    assert sel.reasons == {"mid": "similar", "beta": "learned"}   # 0.9 vs 0.6 vs 0.3
+
+
+def test_lexical_scores_count_the_tools_name_words_the_request_uses():
+    from app.core.tool_select import lexical_scores
+    tools = _tools("create_github_issue", "send_email", "play_music")
+    assert lexical_scores("Open an issue about the crash", tools) == [1 / 3, 0.0, 0.0]
+    assert lexical_scores("email the report", tools) == [0.0, 0.5, 0.0]

@@ -1,0 +1,268 @@
+"""The agent workload of bench/agent_tools.py: 50 tools in ten domains (OpenAI function
+definitions of the size real agents carry, ~150-250 tokens each) and 40 tasks, each a
+user request and the tool calls a correct agent makes for it, in order (1-3 calls)."""
+from __future__ import annotations
+
+# (name, description, {parameter: description})
+_T = [
+    # weather / time
+    ("get_current_weather", "Return the current weather conditions for a city: temperature, "
+     "sky, wind and humidity, as reported by the nearest station in the last hour.",
+     {"city": "City name, optionally with country code", "units": "metric or imperial",
+      "include_air_quality": "Also return the air quality index"}),
+    ("get_weather_forecast", "Return the daily weather forecast for a city for up to ten "
+     "days ahead, with rain probability, high and low temperatures and weather alerts.",
+     {"city": "City name, optionally with country code", "days": "Number of days ahead, 1-10",
+      "units": "metric or imperial"}),
+    ("get_local_time", "Return the current local date and time in a timezone or city, with "
+     "its UTC offset and whether daylight saving time is in effect.",
+     {"location": "IANA timezone or city name"}),
+    ("convert_timezone", "Convert a date and time from one timezone to another, taking "
+     "daylight saving time rules of both zones into account.",
+     {"datetime": "ISO 8601 date and time", "from_zone": "Source timezone",
+      "to_zone": "Target timezone"}),
+    ("get_sunrise_sunset", "Return sunrise, sunset and day length for a location on a date.",
+     {"location": "City or coordinates", "date": "ISO 8601 date"}),
+    # email / messaging
+    ("send_email", "Send an email from the user's mailbox to one or more recipients with a "
+     "subject and a plain-text or HTML body, optionally with attachments from the drive.",
+     {"to": "Recipient addresses", "subject": "Subject line", "body": "Message body",
+      "attachments": "Drive file ids to attach"}),
+    ("search_emails", "Search the user's mailbox by sender, subject words, date range or "
+     "label and return matching messages with their ids and snippets.",
+     {"query": "Search words", "sender": "From address", "after": "ISO date",
+      "before": "ISO date", "label": "Mailbox label"}),
+    ("read_email", "Return the full content, headers and attachment list of one email "
+     "message by its id.", {"message_id": "Id returned by search_emails"}),
+    ("send_slack_message", "Post a message to a Slack channel or a direct message to a "
+     "colleague, optionally in a thread.",
+     {"channel": "Channel name or user handle", "text": "Message text",
+      "thread_ts": "Thread to reply in"}),
+    ("send_sms", "Send a text message to a phone number.",
+     {"phone_number": "E.164 phone number", "text": "Message text"}),
+    # calendar / tasks
+    ("create_calendar_event", "Create a meeting or event in the user's calendar with a "
+     "title, start and end time, attendees and a video-call link.",
+     {"title": "Event title", "start": "ISO 8601 start", "end": "ISO 8601 end",
+      "attendees": "Attendee emails", "add_video_link": "Attach a video-call link"}),
+    ("list_calendar_events", "List the events in the user's calendar between two dates, "
+     "with their times, attendees and locations.",
+     {"start": "ISO 8601 date", "end": "ISO 8601 date"}),
+    ("find_free_time", "Find time slots when all the given people are free in their "
+     "calendars, within working hours, for a meeting of a given length.",
+     {"attendees": "Emails", "duration_minutes": "Meeting length", "within_days": "Look ahead"}),
+    ("create_task", "Add a to-do item to the user's task list with a due date and priority.",
+     {"title": "Task title", "due": "ISO date", "priority": "low, normal or high"}),
+    ("set_reminder", "Set a reminder that notifies the user at a given time with a note.",
+     {"time": "ISO 8601 date and time", "note": "What to remind about"}),
+    # travel
+    ("search_flights", "Search airline flights between two airports on a date, returning "
+     "fares, airlines, departure and arrival times and number of stops.",
+     {"origin": "IATA airport code", "destination": "IATA airport code",
+      "date": "ISO date", "cabin": "economy, premium, business or first",
+      "passengers": "Number of passengers"}),
+    ("book_flight", "Book a flight offer returned by search_flights for the named "
+     "passengers and charge the company card.",
+     {"offer_id": "Id of the flight offer", "passenger_names": "Full names",
+      "seat_preference": "aisle or window"}),
+    ("search_hotels", "Search hotels in a city for check-in and check-out dates, with "
+     "price per night, rating, distance to the center and free cancellation.",
+     {"city": "City", "check_in": "ISO date", "check_out": "ISO date", "guests": "Guests"}),
+    ("book_hotel", "Reserve a room from a hotel offer returned by search_hotels.",
+     {"offer_id": "Hotel offer id", "guest_name": "Name on the booking"}),
+    ("get_flight_status", "Return the live status of a flight: delays, gate, terminal and "
+     "estimated departure and arrival.", {"flight_number": "Airline code and number",
+                                          "date": "ISO date"}),
+    # finance
+    ("get_stock_quote", "Return the latest trading price, daily change and volume of a "
+     "stock by its ticker symbol.", {"ticker": "Stock ticker symbol"}),
+    ("convert_currency", "Convert an amount of money from one currency to another at "
+     "today's exchange rate.", {"amount": "Amount", "from_currency": "ISO 4217 code",
+                                "to_currency": "ISO 4217 code"}),
+    ("get_account_balance", "Return the balance of one of the company's bank accounts.",
+     {"account_id": "Bank account id"}),
+    ("create_invoice", "Create and send an invoice to a customer with line items, tax and "
+     "payment terms.", {"customer_id": "CRM customer id", "items": "Line items",
+                        "due_days": "Payment term in days"}),
+    ("list_transactions", "List bank account transactions in a date range, filtered by "
+     "counterparty or amount.", {"account_id": "Bank account id", "after": "ISO date",
+                                 "before": "ISO date", "counterparty": "Name"}),
+    # CRM / sales
+    ("search_customers", "Find customers in the CRM by name, company, email or phone.",
+     {"query": "Search text"}),
+    ("get_customer", "Return a CRM customer record with contacts, plan, open deals and "
+     "support history.", {"customer_id": "CRM customer id"}),
+    ("update_deal_stage", "Move a sales deal to another pipeline stage with a note.",
+     {"deal_id": "Deal id", "stage": "Pipeline stage", "note": "Why"}),
+    ("log_call", "Record a phone call with a customer in the CRM with notes and outcome.",
+     {"customer_id": "CRM customer id", "notes": "Call notes", "outcome": "Outcome"}),
+    ("create_support_ticket", "Open a support ticket for a customer problem with a "
+     "priority and a description.", {"customer_id": "CRM customer id",
+                                     "subject": "Summary", "priority": "P1-P4"}),
+    # files / documents
+    ("search_drive", "Search the shared drive for documents, spreadsheets and slides by "
+     "name or content words.", {"query": "Search words", "file_type": "doc, sheet or slides"}),
+    ("read_document", "Return the text content of a document on the drive.",
+     {"file_id": "Drive file id"}),
+    ("create_document", "Create a new document on the drive with a title and content.",
+     {"title": "Document title", "content": "Markdown content", "folder": "Folder"}),
+    ("share_file", "Share a drive file with people, with view or edit rights.",
+     {"file_id": "Drive file id", "emails": "People to share with", "role": "viewer or editor"}),
+    ("summarize_document", "Summarize a long document on the drive into key points.",
+     {"file_id": "Drive file id", "max_words": "Summary length"}),
+    # devops / engineering
+    ("get_service_status", "Return the health, error rate and latency of a production "
+     "service from the monitoring system.", {"service": "Service name"}),
+    ("list_open_incidents", "List open incidents with severity, owner and start time.",
+     {"severity": "SEV1-SEV4"}),
+    ("restart_service", "Restart a production service deployment in a region.",
+     {"service": "Service name", "region": "Cloud region"}),
+    ("create_github_issue", "Open an issue in a GitHub repository with a title, body and "
+     "labels.", {"repo": "owner/name", "title": "Issue title", "body": "Details",
+                 "labels": "Labels"}),
+    ("query_logs", "Search application logs for a service in a time window by text.",
+     {"service": "Service name", "query": "Search text", "minutes": "Look-back window"}),
+    # shopping / food
+    ("search_products", "Search the online store catalogue for products by words, "
+     "category and price range.", {"query": "Search words", "max_price": "Price cap"}),
+    ("place_order", "Order products to the user's address with the saved card.",
+     {"product_ids": "Products", "quantities": "Quantities"}),
+    ("track_package", "Return the delivery status and location of a parcel.",
+     {"tracking_number": "Carrier tracking number"}),
+    ("find_restaurants", "Find restaurants near a place by cuisine, price and rating.",
+     {"location": "Address or city", "cuisine": "Cuisine", "price_level": "1-4"}),
+    ("book_restaurant", "Reserve a table at a restaurant for a number of people.",
+     {"restaurant_id": "Restaurant id", "time": "ISO 8601", "party_size": "People"}),
+    # knowledge / media
+    ("web_search", "Search the web and return the top results with titles, links and "
+     "snippets.", {"query": "Search words", "num_results": "How many"}),
+    ("get_news_headlines", "Return today's top news headlines on a topic or in a country.",
+     {"topic": "Topic", "country": "ISO country code"}),
+    ("translate_text", "Translate text into another language.",
+     {"text": "Text", "target_language": "Language code"}),
+    ("calculate", "Evaluate an arithmetic or unit-conversion expression exactly.",
+     {"expression": "Expression"}),
+    ("play_music", "Play a song, album, artist or playlist on the user's speaker.",
+     {"query": "What to play", "device": "Speaker name"}),
+]
+
+_BOILERPLATE = (" Use only when the user asks for it; never guess values the user did not "
+                "give, ask instead.")
+
+
+def tools() -> list[dict]:
+    out = []
+    for name, desc, params in _T:
+        out.append({"type": "function", "function": {
+            "name": name, "description": desc + _BOILERPLATE,
+            "parameters": {"type": "object", "properties": {
+                p: {"type": "string", "description": d} for p, d in params.items()},
+                "required": list(params)[:1], "additionalProperties": False}}})
+    return out
+
+
+# (user request, [tools a correct agent calls, in order])
+TASKS = [
+    ("Will I need an umbrella in Seattle this weekend?", ["get_weather_forecast"]),
+    ("What's it like outside in Madrid right now?", ["get_current_weather"]),
+    ("What time is it in Singapore?", ["get_local_time"]),
+    ("My call is at 3pm New York time, what is that in Berlin?", ["convert_timezone"]),
+    ("When does the sun set in Reykjavik today?", ["get_sunrise_sunset"]),
+    ("Email the Q3 report to dana@acme.com with the subject 'Q3 numbers'.",
+     ["search_drive", "send_email"]),
+    ("Did Priya send me anything about the offsite last week? Open it.",
+     ["search_emails", "read_email"]),
+    ("Tell the #platform channel on Slack that the deploy is done.", ["send_slack_message"]),
+    ("Text my wife at +14155550100 that I'm running late.", ["send_sms"]),
+    ("Set up a 30 minute meeting with Tom and Ana sometime this week.",
+     ["find_free_time", "create_calendar_event"]),
+    ("What's on my calendar tomorrow?", ["list_calendar_events"]),
+    ("Add 'renew passport' to my to-do list for Friday, high priority.", ["create_task"]),
+    ("Remind me at 5pm to call the plumber.", ["set_reminder"]),
+    ("Find me a flight from Boston to Denver on May 3 and book the cheapest one.",
+     ["search_flights", "book_flight"]),
+    ("I need a hotel in Lisbon from June 2 to June 5, book a good one near the center.",
+     ["search_hotels", "book_hotel"]),
+    ("Is flight UA 837 on time today?", ["get_flight_status"]),
+    ("How is Nvidia stock doing today?", ["get_stock_quote"]),
+    ("How much is 2,500 euros in Japanese yen?", ["convert_currency"]),
+    ("What's the balance of our operating account?", ["get_account_balance"]),
+    ("Bill Globex for 40 hours of consulting, due in 30 days.",
+     ["search_customers", "create_invoice"]),
+    ("Show me every payment to AWS from the main account in March.", ["list_transactions"]),
+    ("Pull up everything we know about Initech.", ["search_customers", "get_customer"]),
+    ("Move the Hooli renewal deal to 'negotiation', they asked for a discount.",
+     ["update_deal_stage"]),
+    ("Log my call with Umbrella Corp: they want a demo next week.",
+     ["search_customers", "log_call"]),
+    ("Stark Industries can't log in to the dashboard, open a P1 ticket for them.",
+     ["search_customers", "create_support_ticket"]),
+    ("Find the onboarding deck and share it with new.hire@acme.com.",
+     ["search_drive", "share_file"]),
+    ("Give me the key points of the security policy document.",
+     ["search_drive", "summarize_document"]),
+    ("Write up a doc called 'Retro notes' with what went well and badly this sprint.",
+     ["create_document"]),
+    ("Is the checkout service healthy? Its errors were spiking earlier.",
+     ["get_service_status", "query_logs"]),
+    ("Which SEV1 incidents are open right now?", ["list_open_incidents"]),
+    ("The search service in eu-west-1 is stuck, restart it and check it came back.",
+     ["restart_service", "get_service_status"]),
+    ("File a bug in acme/web: the login button does nothing on Safari.",
+     ["create_github_issue"]),
+    ("Order two packs of AA batteries under $15.", ["search_products", "place_order"]),
+    ("Where is my parcel 1Z999AA10123456784?", ["track_package"]),
+    ("Book a table for four at a good Thai place near Union Square at 7pm.",
+     ["find_restaurants", "book_restaurant"]),
+    ("What's the latest news about the chip export rules?", ["get_news_headlines"]),
+    ("Translate 'the shipment is delayed until Monday' into German.", ["translate_text"]),
+    ("What is 17.5% of 2,340?", ["calculate"]),
+    ("Put on some Miles Davis in the living room.", ["play_music"]),
+    ("Search the web for the Postgres 18 release date, then put a reminder on that day.",
+     ["web_search", "set_reminder"]),
+]
+
+# The same 40 kinds of task asked again in other words, with other names and places (a
+# workflow's second day): the tools each needs are the task's in TASKS.
+PARAPHRASES = [
+    "Is it going to rain in Portland on Saturday or Sunday?",
+    "How warm is it in Athens at the moment?",
+    "Tell me the current time over in Sydney.",
+    "The vendor call is 10am Chicago time; when is that for me in Paris?",
+    "What time is sunset in Oslo this evening?",
+    "Send the board deck to li.wei@acme.com by email, subject 'Deck for Thursday'.",
+    "Has Marco written to me about the budget review? Show me the message.",
+    "Post in #releases on Slack that version 4.2 is live.",
+    "Send a text to +447700900123 saying the meeting moved to 4.",
+    "Find an hour next week when Sam, Ravi and I are all free and book it.",
+    "What meetings do I have on Monday?",
+    "Put 'submit expense report' on my task list, due Wednesday.",
+    "Ping me at 9am tomorrow to water the plants.",
+    "Get me on a flight from Chicago to Miami on July 9, cheapest fare, and book it.",
+    "Book me a well-rated hotel in Prague for August 1 to August 4.",
+    "Has LH 400 from Frankfurt been delayed today?",
+    "What's Microsoft's share price right now?",
+    "Convert 900 US dollars to Swiss francs.",
+    "How much money is in the payroll account?",
+    "Send Acme Widgets an invoice for 12 licence seats, payable in 14 days.",
+    "List the payments we made to Salesforce from the main account in January.",
+    "What do we have on file for Wayne Enterprises?",
+    "Set the Cyberdyne expansion deal to 'closed won', they signed today.",
+    "Note my call with Soylent: they're unhappy about pricing.",
+    "Wonka Industries reports data loss in exports, raise a P1 for them.",
+    "Locate the brand guidelines file and give maria@acme.com edit access.",
+    "Summarize the travel policy doc for me.",
+    "Create a document named 'Q4 plan' listing our three priorities.",
+    "Check whether the payments API is okay; the on-call saw timeouts.",
+    "Any SEV2 incidents still open?",
+    "Bounce the auth service in us-east-1 and confirm it's healthy again.",
+    "Open an issue in acme/mobile: push notifications arrive twice on Android.",
+    "Buy a USB-C charger under $30.",
+    "Track shipment 9400111899223344556677 for me.",
+    "Reserve dinner for two at a sushi restaurant near the Ferry Building at 8.",
+    "Any headlines today about the central bank rate decision?",
+    "How do you say 'the invoice is attached' in Spanish?",
+    "What's 3.2% of 18,750?",
+    "Play the Beatles on the kitchen speaker.",
+    "Look up online when the next Python release ships and remind me that morning.",
+]
