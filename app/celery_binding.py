@@ -41,6 +41,9 @@ def celery_init_app(app: Flask) -> Celery:
             # ``-Q pool.<node>`` (SLUICE_NODE names the node).
             "pools-supervise": {"task": "pools.supervise", "schedule": 5.0},
             "pools-scrape": {"task": "pools.scrape", "schedule": 10.0},
+            # KV-event subscriber per node (replica_choice kv_events): started or handed
+            # the node's healthy replicas
+            "pools-kv-index": {"task": "pools.kv_index", "schedule": 5.0},
             "adapters-shadow-rollup": {"task": "adapters.shadow_rollup", "schedule": 30.0},
             "adapters-canary-watch": {"task": "adapters.canary_watch", "schedule": 30.0},
             "adapters-drain-traces": {"task": "adapters.drain_traces", "schedule": 5.0},

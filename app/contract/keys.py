@@ -121,6 +121,10 @@ class Keys:
         resyncs, stored/removed counts."""
         return self.k("replica", replica_id, "kv", "state")
 
+    def kv_subscriber_lease(self, node: str) -> str:
+        """Which worker process of ``node`` runs its KV-event subscriber (short TTL)."""
+        return self.k("kv", "subscriber", node)
+
     def replica_supervisor(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "supervisor")
 

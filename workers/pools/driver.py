@@ -24,7 +24,7 @@ from app.snapshot.service import publish_after_commit
 from workers.pools import health, launcher
 from workers.pools import lora as lora_calls
 from workers.pools import metrics as scrape
-from workers.pools.vllm_cmd import build_command, replica_port
+from workers.pools.vllm_cmd import build_command, kv_event_endpoints, replica_port
 
 log = logging.getLogger(__name__)
 
@@ -232,6 +232,27 @@ def _node_replicas(node: str, wanted: frozenset[str]) -> list[Replica]:
     return list(db.session.scalars(
         db.select(Replica).join(Pool).where(Pool.node == node, Replica.state.in_(wanted))
         .order_by(Replica.id)))
+
+
+def kv_event_sources(node: str) -> list[dict]:
+    """The node's healthy replicas whose pool publishes KV events, with the endpoints a
+    subscriber connects to (``{"id", "endpoint", "replay", "topic"}``)."""
+    from urllib.parse import urlparse
+    out = []
+    for replica in _node_replicas(node, frozenset({"healthy"})):
+        pool = replica.pool.to_dict()
+        ends = kv_event_endpoints(pool, replica.index,
+                                 urlparse(replica.url or "").hostname or "127.0.0.1")
+        if ends:
+            out.append({"id": replica.id, **ends})
+    return out
+
+
+def kv_index_node(node: str) -> str:
+    """One tick of the node's KV-event subscriber supervision (``pools.kv_index``)."""
+    from workers.pools.kv_subscriber import ensure_running
+    r, keys = _redis()
+    return ensure_running(r, keys, node, kv_event_sources(node))
 
 
 def _backoff_s(failures: float) -> float:

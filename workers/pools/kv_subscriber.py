@@ -18,6 +18,7 @@ stops, the entries expire (``kv_index.TTL_S``) and gateways fall back to rendezv
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Mapping, Sequence
@@ -172,3 +173,52 @@ class KVSubscriber:
             self.poller.unregister(sock)
             sock.close(0)
         self.ctx.term()
+
+
+# -- supervision: one subscriber per node, in whichever worker process holds the lease ----
+LEASE_S = 15
+_state: dict[str, Any] = {"thread": None, "want": [], "token": None}
+_state_lock = threading.Lock()
+
+
+def ensure_running(redis, keys: Keys, node: str, replicas: Sequence[Mapping]) -> str:
+    """Called by the ``pools.kv_index`` beat (every few seconds, in the node's worker):
+    hands the subscriber the node's current replicas (so a dead replica's blocks go at
+    the next tick) and starts it when no process of the node holds the lease (the first
+    tick, or the process that held it died). Returns "running", "started" or "elsewhere"."""
+    with _state_lock:
+        _state["want"] = [dict(r) for r in replicas]
+        thread = _state["thread"]
+        if thread is not None and thread.is_alive():
+            return "running"
+        token = f"{os.getpid()}:{time.time_ns()}"
+        if not redis.set(keys.kv_subscriber_lease(node), token, nx=True, ex=LEASE_S):
+            return "elsewhere"
+        _state["token"] = token
+        thread = threading.Thread(target=_serve, args=(redis, keys, node, token),
+                                  name=f"kv-subscriber-{node}", daemon=True)
+        _state["thread"] = thread
+        thread.start()
+        return "started"
+
+
+def _serve(redis, keys: Keys, node: str, token: str) -> None:
+    stop = threading.Event()
+    sub = KVSubscriber(redis, keys)
+    lease = keys.kv_subscriber_lease(node)
+
+    def replicas() -> list:
+        # renew the lease with the list; another holder (ours expired) means stop
+        if redis.get(lease) not in (token, token.encode()):
+            stop.set()
+            return []
+        redis.expire(lease, LEASE_S)
+        return _state["want"]
+    try:
+        sub.run(stop, replicas, refresh_s=2.0)
+    except Exception:  # noqa: BLE001 - the next beat tick starts a new one
+        log.exception("kv-event subscriber of node %s stopped", node)
+    finally:
+        sub.close()
+        if redis.get(lease) in (token, token.encode()):
+            redis.delete(lease)

@@ -45,6 +45,15 @@ def supervise(node: str | None = None):
     return {str(k): v for k, v in supervise_node(node).items()}
 
 
+@shared_task(name="pools.kv_index")
+def kv_index(node: str | None = None):
+    """Keep the node's KV-event subscriber running on its current replicas (issue 17)."""
+    if node is None:
+        return _fan_out("pools.kv_index")
+    from workers.pools.driver import kv_index_node
+    return kv_index_node(node)
+
+
 @shared_task(name="pools.scrape")
 def scrape(node: str | None = None):
     if node is None:
