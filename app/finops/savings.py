@@ -34,7 +34,8 @@ STAGE_LABELS = {"cache": "Cache hits (S00)", "routing": "Routing to cheaper tier
                 "gpu_true_up": "Pool GPU-hour true-up", "adjustments": "Adjustments",
                 "unattributed": "Unattributed (booked before per-stage savings)"}
 LINES = (*STAGES, "gpu_true_up", "adjustments", "unattributed")
-QUALITY_MAX_ROWS = 200_000   # newest labelled candidates read per report
+QUALITY_MAX_ROWS = 200_000   # newest labelled requests read per report
+EXPLORED_MAX = 20_000        # exploration verdicts joined by request id per report
 
 
 def stage_lines(totals: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,7 +88,7 @@ def _labels_by_category(period: reports.Period, tenant_id: int | None
                    L.payload["shadow"])
          .select_from(L).outerjoin(Workflow, sa.and_(Workflow.tenant_id == L.tenant_id,
                                                      Workflow.signature == L.workflow))
-         .where(L.kind == "request", L.cache == "miss", *scope)
+         .where(L.kind == "request", L.cache == "miss", *scope, _labelled(L, explored))
          .order_by(L.id.desc()).limit(QUALITY_MAX_ROWS))
     out: dict[str, list] = {}
     for rid, cat, rank, feedback, valid, escalated, shadow in db.session.execute(q):
@@ -101,6 +102,17 @@ def _labels_by_category(period: reports.Period, tenant_id: int | None
         if any(v is not None for v in labels):
             out.setdefault(cat, []).append((rank, labels))
     return out
+
+
+def _labelled(L, explored: dict[str, Any]):
+    """Rows that can carry a label (read without the unlabelled bulk of the ledger): a
+    verdict, a schema check, an escalation, or an exploration verdict joined by id."""
+    cond = [L.payload["feedback"].as_string().is_not(None),
+            L.payload[("pipeline", "schema_valid")].as_string().is_not(None),
+            L.payload["escalated_from"].as_string().is_not(None)]
+    if explored:
+        cond.append(L.request_id.in_(list(explored)[-EXPLORED_MAX:]))
+    return sa.or_(*cond)
 
 
 def parity(rows: Iterable[tuple[int, list[int | None]]]) -> dict[str, Any]:
