@@ -22,8 +22,10 @@ SEED_TIERS = [
 ]
 
 
-def seed_catalog() -> list[str]:
-    """Create the default pools and three tiers if no tiers exist. Returns what was made."""
+def seed_catalog(*, pool_port: int = 8510, frontier_url: str = "http://127.0.0.1:8530/v1",
+                 node: str = "local") -> list[str]:
+    """Create the default pools (engines on ``pool_port`` and ``pool_port + 10``) and three
+    tiers (tier 3 at ``frontier_url``) if no tiers exist. Returns what was made."""
     from app.audit.service import SYSTEM, record
     from app.catalog.models import Pool, Tier
     from app.catalog.service import sync_replica_rows
@@ -33,8 +35,9 @@ def seed_catalog() -> list[str]:
     if db.session.scalar(db.select(Tier).limit(1)) is not None:
         return made
     pools = {}
-    for i, (name, port) in enumerate((("tier1-small", 8510), ("tier2-large", 8520))):
-        pool = Pool(name=name, node="local", engine="reference", model="smollm2",
+    for i, (name, port) in enumerate((("tier1-small", pool_port),
+                                      ("tier2-large", pool_port + 10))):
+        pool = Pool(name=name, node=node, engine="reference", model="smollm2",
                     served_model_name=name, desired_replicas=1, base_port=port,
                     gpu_type="L40S" if i == 0 else "H100", options={})
         db.session.add(pool)
@@ -55,7 +58,7 @@ def seed_catalog() -> list[str]:
                     price_output_per_m=price,
                     upstream_kind="pool" if t["pool"] else "external",
                     pool_id=pools[t["pool"]].id if t["pool"] else None,
-                    endpoint_url="" if t["pool"] else "http://127.0.0.1:8530/v1",
+                    endpoint_url="" if t["pool"] else frontier_url,
                     api_key_env="" if t["pool"] else "SLUICE_PROVIDER_KEY_FRONTIER")
         db.session.add(tier)
         db.session.flush()
@@ -69,14 +72,19 @@ def seed_catalog() -> list[str]:
 
 @sluice_cli.command("init")
 @click.option("--email", default=None, help="Admin email (else $SLUICE_ADMIN_EMAIL or a prompt)")
-def init_command(email: str | None) -> None:
+@click.option("--pool-port", type=int, default=8510, show_default=True,
+              help="First seeded pool's engine port (the second pool's is 10 above)")
+@click.option("--frontier-url", default="http://127.0.0.1:8530/v1", show_default=True,
+              help="Seeded tier 3's OpenAI-compatible endpoint")
+def init_command(email: str | None, pool_port: int, frontier_url: str) -> None:
     """Create the first admin and seed the default three-tier catalog."""
     from app.auth.models import User
     from app.auth.service import create_user
     from app.errors import ServiceError
     from app.snapshot.service import publish_after_commit
 
-    made = seed_catalog()
+    made = seed_catalog(pool_port=pool_port, frontier_url=frontier_url,
+                        node=os.environ.get("SLUICE_NODE") or "local")
     db.session.commit()
     for m in made:
         click.echo(f"created {m}")

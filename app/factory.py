@@ -21,6 +21,7 @@ def create_app(test_config: Mapping[str, Any] | None = None, *, env: str | None 
         # alembic's INFO lines (a screen of them on every CLI call) only when asked for:
         # SLUICE_VERBOSE=1 or SLUICE_LOG_LEVEL=DEBUG
         logging.getLogger("alembic").setLevel(logging.WARNING)
+    _check_database_url(app.config["SQLALCHEMY_DATABASE_URI"])
     register_extensions(app)
     # every <int:...> in a route is a row id: one past the database's INTEGER is not a row
     # (a 404 like any missing one, not a database error)
@@ -131,11 +132,43 @@ def register_commands(app: Flask) -> None:
 _UNMIGRATED = ("no such table", "does not exist")
 
 
+def _shown_url(uri: str) -> str:
+    from sqlalchemy.engine import make_url
+    try:
+        return make_url(uri).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - unparsable: show it as given, minus any password
+        return uri.split("@")[-1] if "@" in uri else uri
+
+
+def _database_url_error(message: str):
+    """A click error (``Error: ...``, exit 1, no traceback, wherever the CLI meets it);
+    a web server starting on the same URL shows the same words."""
+    import click
+
+    class DatabaseURLError(click.ClickException):
+        pass
+    return DatabaseURLError(message)
+
+
+def _check_database_url(uri: str) -> None:
+    """SLUICE_DATABASE_URL that cannot be parsed, names an unknown database or a driver
+    that is not installed is refused here, in one line naming the variable."""
+    from sqlalchemy.engine import make_url
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except Exception as exc:  # noqa: BLE001 - parse error, unknown dialect, missing driver
+        raise _database_url_error(
+            f"SLUICE_DATABASE_URL {_shown_url(uri)!r} is not usable: {exc}. Use e.g. "
+            "postgresql+psycopg://user@host/db or sqlite:///path/to/sluice.db") from None
+
+
 def _explain_unmigrated(command) -> None:
-    """A command run on a database that was never migrated says so, and what to run,
-    instead of printing SQLAlchemy's traceback."""
+    """A command run on a database that was never migrated says so, and what to run;
+    one on a database it cannot reach says which URL and why; neither prints SQLAlchemy's
+    traceback (SLUICE_VERBOSE=1 still shows it)."""
     import click
     import sqlalchemy.exc as sa_exc
+    from flask import current_app
     for sub in getattr(command, "commands", {}).values():
         _explain_unmigrated(sub)
     callback = command.callback
@@ -145,12 +178,29 @@ def _explain_unmigrated(command) -> None:
     def wrapped(*args, **kwargs):
         try:
             return callback(*args, **kwargs)
-        except (sa_exc.OperationalError, sa_exc.ProgrammingError) as exc:
+        except (sa_exc.OperationalError, sa_exc.InterfaceError) as exc:
+            # no statement: the error came while connecting (host, port, credentials,
+            # a database that does not exist), not from a query
+            if exc.statement is not None or current_app.config.get("VERBOSE"):
+                if not any(m in str(exc.orig).lower() for m in _UNMIGRATED):
+                    raise
+                raise _unmigrated(exc) from None
+            uri = current_app.config["SQLALCHEMY_DATABASE_URI"]
+            reason = " ".join(str(exc.orig).split())
+            raise click.ClickException(
+                f"cannot reach the database at {_shown_url(uri)} ({reason}): check "
+                "SLUICE_DATABASE_URL and that the server is running") from None
+        except sa_exc.ProgrammingError as exc:
             if not any(m in str(exc.orig).lower() for m in _UNMIGRATED):
                 raise
-            raise click.ClickException(
-                f"the database has no Sluice tables yet ({str(exc.orig).splitlines()[0]}): "
-                "run `flask --app wsgi db upgrade` first") from None
+            raise _unmigrated(exc) from None
     wrapped._explains_unmigrated = True
     wrapped.__wrapped__ = callback
     command.callback = wrapped
+
+
+def _unmigrated(exc):
+    import click
+    return click.ClickException(
+        f"the database has no Sluice tables yet ({str(exc.orig).splitlines()[0]}): "
+        "run `flask --app wsgi db upgrade` first")

@@ -1,0 +1,44 @@
+"""A CLI command with a database URL that is unusable (unparsable, unknown database, driver
+not installed) or unreachable (no such host, nothing listening, bad credentials) says which
+URL and why in one line, without a traceback and without the password."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _flask(url: str, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SLUICE_DATABASE_URL": url, "HF_HUB_OFFLINE": "1", "SLUICE_ENV": "dev"}
+    env.pop("SLUICE_VERBOSE", None)
+    flask = str(Path(sys.executable).with_name("flask"))
+    return subprocess.run([flask, "--app", "wsgi", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("url,says", [
+    ("postgresql://nohost.invalid/x", "cannot reach the database at postgresql://nohost.invalid/x"),
+    (f"postgresql://sluice:hunter2@127.0.0.1:{_closed_port()}/x",
+     "cannot reach the database at postgresql://sluice:***@127.0.0.1:"),
+    ("not a url", "SLUICE_DATABASE_URL 'not a url' is not usable"),
+    ("nosuchdb://x/y", "SLUICE_DATABASE_URL 'nosuchdb://x/y' is not usable"),
+])
+def test_a_bad_database_url_is_one_clear_line(url, says):
+    for args in (("sluice", "stop-engines"), ("db", "upgrade")):
+        out = _flask(url, *args)
+        print(args, out.stderr.strip())
+        assert out.returncode == 1, (args, out.stderr[-800:])
+        assert says in out.stderr and "Error: " in out.stderr, out.stderr[-800:]
+        assert "Traceback" not in out.stderr and "hunter2" not in out.stderr + out.stdout
