@@ -155,6 +155,20 @@ async def read_matched_async(redis, keys: Keys, replica_ids: Sequence[object],
                           time.time())
 
 
+async def count_routed(redis, keys: Keys, replica_id: object, matched: float,
+                       prompt: float) -> None:
+    """The gateway's tally of what the index promised for the requests it sent to a
+    replica: requests, matched prompt tokens, prompt tokens (the Routing page's share);
+    it lives as long as the replica's index entry does."""
+    pipe = redis.pipeline(transaction=False)
+    state = keys.replica_kv_state(replica_id)
+    pipe.hincrby(state, "routed", 1)
+    pipe.hincrby(state, "routed_matched", int(matched))
+    pipe.hincrby(state, "routed_prompt", int(prompt))
+    pipe.expire(state, TTL_S)
+    await pipe.execute()
+
+
 def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:
     """Per replica: seconds since the subscriber last heard of it, last seq, blocks held,
     resyncs, stored/removed counts (the Routing page)."""
@@ -174,5 +188,8 @@ def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, 
                     "blocks": int(replies[2 * i + 1] or 0),
                     "resyncs": int(state.get("resyncs", 0)),
                     "stored": int(state.get("stored", 0)),
-                    "removed": int(state.get("removed", 0))}
+                    "removed": int(state.get("removed", 0)),
+                    "routed": int(state.get("routed", 0)),
+                    "matched_share": (int(state["routed_matched"]) / int(state["routed_prompt"])
+                                      if int(state.get("routed_prompt", 0) or 0) else None)}
     return out

@@ -57,3 +57,44 @@ def run_seed_simulation(replicas: int, kv_tokens: int, requests: int, actor=None
 
 def latest_simulations(limit: int = 10) -> list[DrillRun]:
     return drills.list_runs(SIM_KIND, limit)
+
+
+def kv_routing_status() -> dict[str, Any]:
+    """The Routing page's live view of replica choice: the policy in force (global value and
+    how many tenants override it) and, per pool replica, the KV-event index freshness
+    (``app.contract.kv_index.freshness``), the share of routed prompt tokens the index
+    matched, and the prefix-cache hit rate from the engine's own counters (the node
+    worker's last scrape)."""
+    from app.catalog.models import Pool
+    from app.extensions import db
+    from app.policies.models import Policy
+    from app.policies.service import global_values
+    from app.redis_client import get_redis, keys
+    from app.contract import kv_index
+    in_force = global_values().get("replica_choice") or "sluice"
+    overrides: dict[str, int] = {}
+    for p in db.session.scalars(db.select(Policy).where(Policy.tenant_id.is_not(None))):
+        choice = (p.values or {}).get("replica_choice")
+        if choice and choice != in_force:
+            overrides[choice] = overrides.get(choice, 0) + 1
+    r, k = get_redis(), keys()
+    pools = []
+    for pool in db.session.scalars(db.select(Pool).order_by(Pool.name)):
+        reps = [rep for rep in pool.replicas if rep.state != "stopped"]
+        if not reps:
+            continue
+        ids = [rep.id for rep in reps]
+        fresh = kv_index.freshness(r, k, ids)
+        pipe = r.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hget(k.replica_stats(rid), "prefix_cache_hit_rate")
+        hit = pipe.execute()
+        pools.append({"name": pool.name, "events": bool((pool.options or {}).get("kv_events")),
+                      "replicas": [{"id": rep.id, "name": rep.name, "state": rep.state,
+                                    **fresh[rep.id],
+                                    "fresh": fresh[rep.id]["age_s"] is not None
+                                    and fresh[rep.id]["age_s"] <= kv_index.STALE_S,
+                                    "hit_rate": float(h) if h is not None else None}
+                                   for rep, h in zip(reps, hit)]})
+    return {"in_force": in_force, "overrides": overrides, "pools": pools,
+            "stale_s": kv_index.STALE_S}

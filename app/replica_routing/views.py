@@ -32,8 +32,12 @@ def index():
         lint_error = ""
     except Exception as exc:  # noqa: BLE001 - Redis down: the page still shows the simulator
         lint_rows, lint_error = [], f"live traffic samples unavailable ({exc.__class__.__name__})"
+    try:
+        kv = service.kv_routing_status()
+    except Exception as exc:  # noqa: BLE001 - Redis down: the page still shows the rest
+        kv = {"error": f"replica index unavailable ({exc.__class__.__name__})"}
     return render_template("replica_routing/index.html", runs=runs, latest=latest, chart=chart,
-                           lint_rows=lint_rows, lint_error=lint_error,
+                           lint_rows=lint_rows, lint_error=lint_error, kv=kv,
                            can_run=current_user.can("drill.run"), default_kv=DEFAULT_KV_TOKENS)
 
 

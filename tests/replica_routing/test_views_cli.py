@@ -84,7 +84,7 @@ def test_cli_writes_a_workload_and_compares_policies(app, runner, tmp_path):
     data = json.loads(res.output)
     assert set(data["policies"]) == {"round_robin", "random", "least_loaded",
                                      "consistent_hash", "prefix_trie", "cache_aware",
-                                     "sluice", "oracle"}
+                                     "sluice", "kv_events", "oracle"}
     for figures in data["policies"].values():
         assert {"hit_rate", "max_over_mean_load", "ttft_p50_ms", "ttft_p99_ms"} <= set(figures)
     res = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out), "--replicas",
@@ -104,3 +104,50 @@ def test_drill_replica_loss_is_registered(app, runner):
     res = runner.invoke(args=["drill", "replica-loss", "--url", "http://127.0.0.1:9",
                               "--key", "k", "--pool", "nope"])
     assert res.exit_code != 0 and "no pool named" in res.output
+
+
+def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app, client,
+                                                                         redis_client):
+    import asyncio
+
+    import redis.asyncio as aredis
+
+    from app.catalog.models import Pool, Replica
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    from app.extensions import db
+    from app.policies.models import Policy
+    t1 = TenantFactory()
+    db.session.add(Policy(tenant_id=None, values={"replica_choice": "sluice"}))
+    db.session.add(Policy(tenant_id=t1.id, values={"replica_choice": "kv_events"}))
+    pool = Pool(name="kvpool-page", model="tiny", served_model_name="tiny", engine="reference",
+                options={"kv_events": True})
+    db.session.add(pool)
+    db.session.flush()
+    fresh = Replica(pool_id=pool.id, index=0, url="http://127.0.0.1:9", state="healthy")
+    silent = Replica(pool_id=pool.id, index=1, url="http://127.0.0.1:10", state="healthy")
+    db.session.add_all([fresh, silent])
+    db.session.commit()
+    keys = Keys(app.config["REDIS_NAMESPACE"])
+    kv_index.apply_events(redis_client, keys, fresh.id, [("BlockStored", [b"a" * 32, b"b" * 32])],
+                          seq=41)
+
+    async def tally():
+        r = aredis.Redis.from_url(app.config["REDIS_URL"])
+        await kv_index.count_routed(r, keys, fresh.id, 300, 400)
+        await r.aclose()
+    asyncio.run(tally())
+    redis_client.hset(keys.replica_stats(fresh.id), "prefix_cache_hit_rate", "0.625")
+    try:
+        login(client, UserFactory(role="viewer", tenant=t1))
+        html = client.get("/routing/").text
+        section = html[html.index('id="kv-routing"'):html.index("Prompt-template lint")]
+        assert "<strong>sluice</strong>" in section and "1 tenant on <code>kv_events</code>" in section
+        row_a = section[section.index("kvpool-page-0"):section.index("kvpool-page-1")]
+        assert ">41<" in row_a and ">2<" in row_a and "75.0%" in row_a and "62.5%" in row_a
+        assert 'class="ok"' in row_a
+        row_b = section[section.index("kvpool-page-1"):]
+        assert "75.0%" not in row_b and "—" in row_b       # no index entry, no scrape
+    finally:
+        kv_index.forget(redis_client, keys, fresh.id)
+        redis_client.delete(keys.replica_stats(fresh.id))

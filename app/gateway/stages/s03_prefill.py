@@ -12,15 +12,22 @@ next replica in HRW order. Fallback S03_LOCAL_PREFILL takes any live replica wit
 affinity, or escalates when the tier has none left. A request a LoRA adapter serves
 (``app.gateway.adapters``) chooses only among the replicas that loaded it.
 
+The policy's ``replica_choice: kv_events`` chooses from the engines' own KV-cache events
+instead (``app.gateway.kv_route``, ``app.core.kv_routing.kv_choice``): the replica whose
+cache holds most of the prompt's blocks, within the same load bound, with today's choice
+as the fallback when the index is stale (telemetry ``replica_choice``).
+
 The policy's ``replica_choice: round_robin`` replaces all that with plain round-robin over
 the healthy replicas (per gateway process, like a Kubernetes Service): the baseline that
 ``bench/prefix_routing.py`` drives through the same gateway.
 """
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 
+from app.contract import kv_index
 from app.contract.inflight import read_loads_async
 from app.core.kv_routing import kv_choice
 from app.core.rendezvous import sluice_choice
@@ -93,9 +100,24 @@ async def _kv_events(ctx: RequestContext, views: list, loads: dict):
                             float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt)
     ctx.telemetry["replica_choice"] = how
     if matched is not None:
-        ctx.telemetry["kv_matched_tokens"] = int(matched.get(choice.id, 0))
+        got = int(matched.get(choice.id, 0))
+        ctx.telemetry["kv_matched_tokens"] = got
         ctx.telemetry["kv_prompt_tokens"] = prompt
+        task = asyncio.create_task(_count(ctx, choice.id, got, prompt))
+        _tallies.add(task)
+        task.add_done_callback(_tallies.discard)
     return choice
+
+
+_tallies: set = set()     # the tally writes in flight (kept so they are not collected)
+
+
+async def _count(ctx: RequestContext, replica_id, matched: int, prompt: int) -> None:
+    try:
+        await kv_index.count_routed(ctx.services.redis, ctx.services.keys, replica_id,
+                                    matched, prompt)
+    except Exception as exc:  # noqa: BLE001 - a tally is not worth a failed request
+        log.debug("kv tally not written: %s", exc)
 
 
 async def local_prefill(ctx: RequestContext) -> str:
