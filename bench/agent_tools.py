@@ -91,9 +91,10 @@ def selection(tools, vectors, messages, k, memory):
     sims = vectors @ qvec + LEXICAL_WEIGHT * np.asarray(lexical_scores(query, tools))
     learned = learned_tools(qvec, memory.entries(("bench", "agent")),
                             min_similarity=LEARNED_MIN_SIMILARITY)
+    co_called = memory.co_called(("bench", "agent"))
     memory.learn(("bench", "agent"), query, qvec, called_names(messages))
     return select_tools(tools, messages, "auto", k=k, pinned=[], similarity=list(sims),
-                        learned=learned)
+                        learned=learned, co_called=co_called)
 
 
 def cost(prices, prompt, cached, completion) -> Decimal:

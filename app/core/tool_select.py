@@ -10,7 +10,8 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
   conversation's user turns (the caller computes it), plus a share of ``lexical_scores``
   (the tool's name words in the request), plus, for a tool the workflow's past
   conversations that asked alike called (``learned_tools``: its recently called tools,
-  by what was asked), that conversation's cosine.
+  by what was asked), that conversation's cosine; and a bonus for the tools the
+  workflow's conversations called together with the best scored ones.
 
 They go out in canonical order (by name), so a conversation whose selection does not
 change sends byte-identical tool blocks turn after turn and the engine's prefix cache
@@ -29,7 +30,8 @@ QUERY_CHARS = 2000   # user text embedded as the query (latest turns kept)
 @dataclass(frozen=True)
 class Selection:
     sent: list[dict]                        # tools to send, canonical order
-    reasons: dict[str, str] = field(default_factory=dict)  # name -> choice|called|pinned|learned|similar
+    # name -> choice|called|pinned|learned|companion|similar
+    reasons: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)        # names not sent
 
     @property
@@ -148,11 +150,16 @@ def learned_tools(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *
 def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                  tool_choice: Any, *, k: int, pinned: Iterable[str],
                  similarity: Sequence[float],
-                 learned: Mapping[str, float] | None = None) -> Selection:
+                 learned: Mapping[str, float] | None = None,
+                 co_called: Mapping[str, Mapping[str, int]] | None = None,
+                 companion_weight: float = 0.2, companion_of: int = 2) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
-    to their score, so a strong direct match still competes with a weak neighbour."""
+    to their score, so a strong direct match still competes with a weak neighbour.
+    ``co_called``: tool -> tools called with it in the workflow's past conversations
+    (``WorkflowMemory.co_called``); the companions of the ``companion_of`` best scored
+    tools get ``companion_weight`` more (a customer lookup before an invoice)."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     must = [(choice_name(tool_choice), "choice")]
@@ -163,10 +170,18 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
             reasons[name] = why
     learned = learned or {}
     score = [float(similarity[i]) + learned.get(names[i], 0.0) for i in range(len(tools))]
+    boosted: set[str] = set()
+    if co_called:
+        best = sorted(range(len(tools)), key=lambda i: (-score[i], i))[:companion_of]
+        for i in best:
+            boosted.update(n for n in (co_called.get(names[i]) or {}) if n != names[i])
+        score = [s + (companion_weight if names[i] in boosted else 0.0)
+                 for i, s in enumerate(score)]
     ranked = sorted(range(len(tools)), key=lambda i: (-score[i], i))
     for i in ranked:
         if len(reasons) >= k:
             break
-        reasons.setdefault(names[i], "learned" if names[i] in learned else "similar")
+        reasons.setdefault(names[i], "learned" if names[i] in learned
+                           else "companion" if names[i] in boosted else "similar")
     sent = sorted((t for t, n in zip(tools, names) if n in reasons), key=tool_name)
     return Selection(sent, reasons, [n for n in names if n not in reasons])

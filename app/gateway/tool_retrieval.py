@@ -104,6 +104,17 @@ class WorkflowMemory:
         with self.lock:
             return list((self.data.get(key) or {}).values())
 
+    def co_called(self, key: tuple) -> dict[str, dict[str, int]]:
+        """Tool -> {tool called in the same conversation: how many conversations}."""
+        out: dict[str, dict[str, int]] = {}
+        for _, called in self.entries(key):
+            for a in called:
+                for b in called:
+                    if a != b:
+                        out.setdefault(a, {})
+                        out[a][b] = out[a].get(b, 0) + 1
+        return out
+
 
 MEMORY = WorkflowMemory()
 LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
@@ -125,13 +136,15 @@ def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> 
         key = ((ctx.tenant or {}).get("id"), ctx.workflow_signature)
         learned = learned_tools(qvec, memory.entries(key),
                                 min_similarity=LEARNED_MIN_SIMILARITY)
+        co_called = memory.co_called(key)
         memory.learn(key, query, qvec, called_names(messages))
     else:
-        sims = [0.0] * len(tools)
+        sims, co_called = [0.0] * len(tools), {}
     return select_tools(tools, messages, body.get("tool_choice"),
                         k=int(ctx.policy["tool_retrieval_k"]),
                         pinned=parse_pinned(ctx.policy.get("tool_retrieval_pinned") or ""),
-                        similarity=[float(s) for s in sims], learned=learned)
+                        similarity=[float(s) for s in sims], learned=learned,
+                        co_called=co_called)
 
 
 def choose(ctx: RequestContext) -> dict:

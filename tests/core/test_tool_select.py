@@ -42,3 +42,10 @@ def test_lexical_scores_count_the_tools_name_words_the_request_uses():
     tools = _tools("create_github_issue", "send_email", "play_music")
     assert lexical_scores("Open an issue about the crash", tools) == [1 / 3, 0.0, 0.0]
     assert lexical_scores("email the report", tools) == [0.0, 0.5, 0.0]
+
+
+def test_companions_of_the_best_scored_tools_get_a_bonus():
+    co = {"mid": {"zeta": 3}, "beta": {"gamma": 1}}
+    sel = select_tools(TOOLS, [], "auto", k=2, pinned=[], similarity=[0.1, 0.15, 0.9, 0.1, 0.2],
+                       co_called=co, companion_weight=0.2, companion_of=1)
+    assert sel.reasons == {"mid": "similar", "zeta": "companion"}   # 0.1 + 0.2 > 0.2
