@@ -266,3 +266,51 @@ PARAPHRASES = [
     "Play the Beatles on the kitchen speaker.",
     "Look up online when the next Python release ships and remind me that morning.",
 ]
+
+# A third day, held out: the same 40 kinds of task in yet other words, written before the
+# scoring was reworked on day 1 (2026-12-04) and never used to choose a weight or a rule;
+# bench/agent_tools.py reports its recall as the held-out figure.
+HELDOUT = [
+    "Should I pack a raincoat for Vancouver next Tuesday?",
+    "Is it windy in Chicago right now?",
+    "Is it still morning in Tokyo?",
+    "If I schedule the standup at 9:30 London time, what hour is that in Los Angeles?",
+    "How early does it get light in Helsinki tomorrow?",
+    "Mail the signed contract PDF to legal@acme.com, subject 'Contract'.",
+    "I think HR sent me something about benefits enrollment; find it and show me the full "
+    "text.",
+    "Let the #support folks know in Slack that the outage is resolved.",
+    "Message +16175550199 by SMS: pick up milk on the way home.",
+    "Find a slot on Thursday when Jo and I can talk for 45 minutes and put it in our "
+    "calendars.",
+    "Am I busy on Friday afternoon?",
+    "Make a to-do: update the vendor contract, due end of month.",
+    "Nudge me in two hours to stretch.",
+    "I need to fly Seattle to Austin next Monday morning; pick the cheapest and reserve it.",
+    "Get me a room in Berlin for three nights from October 10, near the train station.",
+    "Did AF 22 land yet?",
+    "Where is Tesla trading right now?",
+    "What are 300 pounds worth in Canadian dollars?",
+    "How much cash is left in the savings account?",
+    "Charge Vandelay Industries 5,000 dollars for the setup work, net 60.",
+    "What did we spend at Google Cloud out of the main account last quarter?",
+    "Give me the full profile of the client Massive Dynamic.",
+    "Mark the Oscorp deal as lost in the CRM; they went with a competitor.",
+    "Record that I phoned Tyrell Corp and they want a quote by Friday.",
+    "Aperture Science's invoices page is throwing errors; escalate it to support as urgent.",
+    "Give the finance team view access to the 2027 budget spreadsheet.",
+    "What does the remote work guideline say, in a few bullets?",
+    "Start a new doc titled 'Launch checklist' with the steps we agreed on.",
+    "Users say the billing service is slow; check its health and the recent error logs.",
+    "Are there any outages being worked on at the moment?",
+    "Reboot the notifications worker in ap-south-1 and verify it recovers.",
+    "Report a bug on acme/api: the export endpoint returns 500 for empty lists.",
+    "Get me a new wireless mouse, nothing over $40.",
+    "Has my order with tracking number 1Z12345E0205271688 shipped yet?",
+    "Find an Italian spot in SoHo for six people Saturday at 8 and reserve it.",
+    "What are the papers saying about the election today?",
+    "Put 'thank you for your patience' into French.",
+    "Work out 1,250 times 0.35 for me.",
+    "Start some jazz on the bedroom speaker.",
+    "Find out on the internet when the next iPhone launch event is and set a reminder for it.",
+]
