@@ -1,0 +1,374 @@
+"""A month of traffic replayed through the running system on CPU, with the headline read
+from the ledger and the same replay with each stage switched off.
+
+    .venv/bin/python bench/replay.py [--n 1000] [--seed 0] [--variants full,no_cache,...]
+                                     [--screenshot docs/finops-replay.png]
+
+Traffic: bench/replay_traffic.py (the bench's own generator, stated there): three tenants,
+five workflows of the seed's categories (invoice extraction with a JSON schema, support
+answers, ticket triage, SQL analytics, contract Q&A over a ~1k-token contract) with gold
+answers and validators, multi-turn support sessions, exact repeats and paraphrases at fixed
+rates, batch bursts, timestamps over November 2026 (weekday and business-hour shaped).
+
+System: bench/replay_stack.py: a scratch PostgreSQL database and Redis namespace, the
+gateway (gunicorn + uvicorn), a Celery worker with beat, CPU reference engines serving
+SmolLM2-135M-Instruct for tier 1 (1 replica) and tier 2 (2 replicas), and as tier 3 a real
+HTTP server speaking OpenAI's protocol that answers from the gold set (bench/replay_gold.py,
+with a stated latency model). Tiers are priced at the seed's prices ($0.06 / $0.35 / $3.50
+per 1M tokens, cached input at a quarter).
+
+Clock: time is compressed. Requests are sent in month order as fast as the system answers
+(6 concurrent clients; a session's turns in order, each with the answers it was served).
+Every 12 month-hours the bench runs what beat runs on its own (the ledger drain, then
+router training for every due scope, as router.schedule_training + router.train do), and
+after 48 month-hours it ends the new workflows' frontier-first warm-up (policy
+frontier_first_hours 48 -> 0: what the wall clock does in production). Every answer is
+checked by its workflow's validator and the verdict sent to POST /v1/feedback, which is
+what the router learns from. The router's volume thresholds are scaled to the replay's
+size (ROUTER_SCALED in replay_stack.py); its regret bound (0.008 at 95%) is the product's.
+
+Figures: every figure below is a query over the ledger (PostgreSQL rows, kind 'request',
+the variant's tenants), not a counter of this script: cost and its frontier baseline,
+validator pass rate (the feedback verdicts the drain wrote onto the rows), tier mix,
+savings per stage, TTFT. Relative quality = the variant's pass rate / the pass rate of the
+rows the frontier served. Variants (each with its own tenants, so caches, routers and
+engine prefix caches (salted per tenant) start cold): full; no_cache (cache_enabled off);
+no_routing (clients name tier-3: no cascade); no_minify (minify_enabled off); no_prefix
+(replica_choice round_robin instead of prefix/session-aware rendezvous).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import replay_traffic as traffic  # noqa: E402
+from replay_ledger import frontier_pass_rate, headline, restamp  # noqa: E402
+from replay_stack import ROUTER_SCALED, Stack  # noqa: E402
+
+MONTH_START = datetime(2026, 11, 1, tzinfo=timezone.utc)
+PERIOD = "2026-11"
+VARIANTS = {  # name -> (tenant policy, model the clients send)
+    "full": ({}, "auto"),
+    "no_cache": ({"cache_enabled": False}, "auto"),
+    "no_routing": ({}, "tier-3"),
+    "no_minify": ({"minify_enabled": False}, "auto"),
+    "no_prefix": ({"replica_choice": "round_robin"}, "auto"),
+}
+WARMUP_H, CHECKPOINT_H = 48, 12
+
+
+def gold_entries(month: traffic.Month) -> list[dict]:
+    """What the frontier server knows: last user text, the context that disambiguates it,
+    and the gold answer."""
+    out, seen = [], set()
+    for r in month.requests:
+        if r["category"] == "long_context":
+            context = r["system"].split("\n\n", 1)[1].splitlines()[0]
+        elif r["turn"] > 1:
+            context = r["prev_user"]
+        else:
+            context = ""
+        key = (r["user"], context)
+        if key not in seen:
+            seen.add(key)
+            out.append({"user": r["user"], "context": context, "gold": r["gold"]})
+    return out
+
+
+def units(month: traffic.Month) -> list[list[dict]]:
+    """Requests grouped so that a session's turns go together, in order."""
+    by_session: dict[str, list[dict]] = {}
+    out: list[list[dict]] = []
+    for r in month.requests:
+        if r["session"] and r.get("repeat") == "new":
+            if r["session"] not in by_session:
+                by_session[r["session"]] = []
+                out.append(by_session[r["session"]])
+            by_session[r["session"]].append(r)
+        else:
+            out.append([r])
+    out.sort(key=lambda u: u[0]["at"])
+    return out
+
+
+async def ask(client: httpx.AsyncClient, key: str, model: str, req: dict,
+              history: list[tuple[str, str]]) -> dict:
+    messages = [{"role": "system", "content": req["system"]}]
+    for user, answer in history:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+    messages.append({"role": "user", "content": req["user"]})
+    body = {"model": model, "messages": messages, "max_tokens": req["max_tokens"],
+            "temperature": 0, "stream": True}
+    if req["response_format"]:
+        body["response_format"] = req["response_format"]
+    headers = {"authorization": f"Bearer {key}", "x-sluice-workflow": req["workflow"]}
+    if req["session"]:
+        headers["x-sluice-session"] = req["session"]
+    parts: list[str] = []
+    async with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return {"rid": r.headers.get("x-sluice-request-id"), "status": r.status_code,
+                    "answer": "", "error": r.text[:200]}
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = orjson.loads(line[6:])
+            for ch in ev.get("choices") or ():
+                parts.append((ch.get("delta") or {}).get("content") or "")
+        rid = r.headers.get("x-sluice-request-id")
+    return {"rid": rid, "status": 200, "answer": "".join(parts)}
+
+
+async def feedback(client: httpx.AsyncClient, key: str, rid: str, passed: bool) -> int:
+    """POST /v1/feedback; the request's owner is recorded with its ledger event, a few
+    milliseconds after the answer, so a 404 is retried briefly."""
+    status = 0
+    for _ in range(50):
+        r = await client.post("/v1/feedback", headers={"authorization": f"Bearer {key}"},
+                              json={"request_id": rid, "verdict": "pass" if passed else "fail"})
+        status = r.status_code
+        if status != 404:
+            break
+        await asyncio.sleep(0.1)
+    return status
+
+
+async def run_window(stack: Stack, keys: dict[str, str], model: str, window: list[list[dict]],
+                     conc: int, sent: list[dict]) -> None:
+    sem = asyncio.Semaphore(conc)
+    limits = httpx.Limits(max_connections=conc + 2, max_keepalive_connections=conc + 2)
+    async with httpx.AsyncClient(base_url=stack.gateway_url, timeout=600, limits=limits) as client:
+        async def one(unit: list[dict]) -> None:
+            async with sem:
+                history: list[tuple[str, str]] = []
+                for req in unit:
+                    key = keys[req["tenant"]]
+                    got = await ask(client, key, model, req, history)
+                    passed = traffic.validate(req, got["answer"]) if got["status"] == 200 else False
+                    if got["rid"] and got["status"] == 200:
+                        got["feedback"] = await feedback(client, key, got["rid"], passed)
+                    sent.append({**got, "at": req["at"], "tenant": req["tenant"],
+                                 "category": req["category"], "passed": passed})
+                    history.append((req["user"], got["answer"]))
+        await asyncio.gather(*(one(u) for u in window))
+
+
+def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
+                   log=print, warmup_h: int = WARMUP_H) -> dict:
+    policy, model = VARIANTS[name]
+    tenants = {t.name: stack.make_tenant(f"{t.name}-{name}", t.department,
+                                         {"frontier_first_hours": warmup_h, **policy})
+               for t in month.tenants}
+    stack.publish()
+    ids = [tid for tid, _ in tenants.values()]
+    keys = {n: k for n, (_, k) in tenants.items()}
+    all_units = units(month)
+    sent: list[dict] = []
+    trained: list[dict] = []
+    warm = True
+    t0 = time.perf_counter()
+    end_h = traffic.MONTH_DAYS * 24
+    for start_h in range(0, end_h, CHECKPOINT_H):
+        if warm and start_h >= warmup_h:
+            stack.set_policy(ids, {"frontier_first_hours": 0})
+            warm = False
+        lo, hi = start_h * 3600, (start_h + CHECKPOINT_H) * 3600
+        window = [u for u in all_units if lo <= u[0]["at"] < hi]
+        if window:
+            asyncio.run(run_window(stack, keys, model, window, conc, sent))
+        stack.drain()
+        if not warm:
+            trained += [t for t in stack.train_due_routers() if t.get("trained")]
+        if start_h % 120 == 0:
+            log(f"  [{name}] day {start_h // 24:2d}: {len(sent)} sent, "
+                f"{time.perf_counter() - t0:.0f} s")
+    wall = time.perf_counter() - t0
+    rows = stack.wait_ledger(ids, len(sent), sum(1 for s in sent if s.get("feedback") == 202))
+    return {"name": name, "tenant_ids": ids, "sent": sent, "wall_s": wall, "trained": trained,
+            "ledger_rows": rows}
+
+
+def verdict(h: dict, res: dict, frontier: dict) -> list[str]:
+    """The issue's target (>= 60% cut at >= 99% relative quality), met or not, and what in
+    this run's ledger stands in its way."""
+    q = rel(h, frontier)
+    out = [f"  target >=60% cut at >=99% relative quality: "
+           f"{'met' if h['cut'] >= 0.6 and q >= 0.99 else 'NOT met'} "
+           f"({h['cut']:.1%} at {q:.2%})"]
+    pools = {k: v for k, v in h["pass_by_tier"].items() if k in ("tier-1", "tier-2")}
+    if pools and q < 0.99:
+        out.append("    why: the stand-in on tiers 1-2 (SmolLM2-135M, base) passed "
+                   + ", ".join(f"{k} {v[0]:.0%} of {v[1]}" for k, v in pools.items())
+                   + " of the validated answers it served; every request sent below the "
+                     "frontier costs quality at that rate")
+    promoted = sum(1 for t in res["trained"] if t.get("status") == "active")
+    if not promoted:
+        out.append(f"    routers: {len(res['trained'])} versions trained, none promoted, so after "
+                   "the warm-up auto traffic went to tier 2 by default (S01_DEFAULT_TIER2)")
+    return out
+
+
+def rel(h: dict, frontier: dict) -> float:
+    """Relative quality: the variant's pass rate over the frontier's (NaN without one)."""
+    return h["pass_rate"] / frontier["rate"] if frontier["rate"] else float("nan")
+
+
+def fmt_usd(x: Decimal) -> str:
+    from app.core.costing import format_usd
+    return format_usd(x)
+
+
+def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> str:
+    lines = [__doc__.split("\n\n")[0].strip(), ""]
+    st = month.stats
+    firsts = st["exact"] + st["paraphrase"] + st["new"]
+    lines.append(
+        f"month {PERIOD}: {st['requests']} requests (seed {args.seed}); first turns: "
+        f"{st['new']} new, {st['exact']} exact repeats ({st['exact'] / firsts:.1%}), "
+        f"{st['paraphrase']} paraphrases ({st['paraphrase'] / firsts:.1%}); "
+        f"{st['follow_up']} follow-up turns; {st['burst']} in batch bursts")
+    lines.append("repeat rates by category (exact, paraphrase of first turns): " + ", ".join(
+        f"{c} {e:.0%}/{p:.0%}" for c, (e, p) in traffic.REPEATS.items()))
+    lines.append(f"router thresholds scaled to the replay: {ROUTER_SCALED}; "
+                 f"checkpoint every {CHECKPOINT_H} month-hours; warm-up {args.warmup_h} h")
+    lines.append(f"frontier pass rate (rows tier-3 served, {frontier['source']}): "
+                 f"{frontier['rate']:.2%} of {frontier['n']}")
+    for r in results:
+        h = r["headline"]
+        if r["name"] != "full":
+            continue
+        lines += ["", f"Headline (full system), from the ledger ({h['rows']} request rows for "
+                      f"{len(r['sent'])} requests sent; replay {r['wall_s']:.0f} s wall):"]
+        lines.append(f"  cost vs all-frontier       {fmt_usd(h['cost'])} vs "
+                     f"{fmt_usd(h['baseline'])}  ({h['cut']:+.1%} cut)")
+        lines.append(f"  off-path exploration       {fmt_usd(h['shadow_cost'])} over "
+                     f"{h['shadow_rows']} runs (kind shadow, never on a budget); with it "
+                     f"the cut is {h['cut_with_shadow']:.1%}")
+        lines.append(f"  relative quality           {rel(h, frontier):.2%} "
+                     f"(validator pass {h['pass_rate']:.2%} of {h['judged']} judged vs "
+                     f"frontier {frontier['rate']:.2%})")
+        lines.append("  tier mix                   " + ", ".join(
+            f"{k} {v / h['rows']:.1%}" for k, v in h["mix"].items()))
+        lines.append(f"  savings per stage ({h['stage_source']}):")
+        for s, v in h["stages"].items():
+            lines.append(f"      {s:<12} {fmt_usd(v):>14}")
+        lines.append(f"      {'sum':<12} {fmt_usd(sum(h['stages'].values(), Decimal(0))):>14}"
+                     f"   (baseline - cost = {fmt_usd(h['baseline'] - h['cost'])})")
+        lines.append(f"  cost per 1k requests       {fmt_usd(h['per_1k'])} "
+                     f"(all-frontier {fmt_usd(h['baseline_per_1k'])})")
+        lines.append(f"  TTFT p50 / p95             {h['ttft_p50']:.0f} / {h['ttft_p95']:.0f} ms"
+                     f" (gateway-measured, cache hits included)")
+        lines.append(f"  pass rate by tier served   " + ", ".join(
+            f"{k} {v[0]:.0%} of {v[1]}" for k, v in h["pass_by_tier"].items()))
+        lines.append("  by how S01 chose (rows, validator pass, cost vs its all-frontier baseline):")
+        for reason, (n, ok, judged, c, b) in sorted(h["phases"].items(), key=lambda kv: -kv[1][0]):
+            lines.append(f"      {reason:<15} {n:>5} rows  pass {ok / judged if judged else 0:7.2%}"
+                         f"  cost {fmt_usd(c):>12} vs {fmt_usd(b):>12}"
+                         f"  ({1 - c / b if b else 0:+.1%} cut)")
+        lines.append(f"  escalations (margin)       {h['escalated']}; routers promoted "
+                     f"{sum(1 for t in r['trained'] if t.get('status') == 'active')} of "
+                     f"{len(r['trained'])} versions trained")
+        lines += verdict(h, r, frontier)
+    lines += ["", "Ablation: the same month, each stage off (own tenants, cold start), from the ledger:",
+              f"  {'variant':<11} {'rows':>5} {'cost':>12} {'cut':>7} {'rel.q':>7} "
+              f"{'cache':>6} {'T1':>6} {'T2':>6} {'T3':>6} {'$/1k':>10} {'p50 ms':>7} "
+              f"{'p95 ms':>7} {'wall s':>6}"]
+    for r in results:
+        h = r["headline"]
+        hits = h["mix"].get("cache exact", 0) + h["mix"].get("cache semantic", 0)
+        lines.append(
+            f"  {r['name']:<11} {h['rows']:>5} {fmt_usd(h['cost']):>12} {h['cut']:>7.1%} "
+            f"{rel(h, frontier):>7.2%} {hits / h['rows']:>6.1%} "
+            + " ".join(f"{h['mix'].get(t, 0) / h['rows']:>6.1%}" for t in ("tier-1", "tier-2", "tier-3"))
+            + f" {fmt_usd(h['per_1k']):>10} {h['ttft_p50']:>7.0f} {h['ttft_p95']:>7.0f} "
+            f"{r['wall_s']:>6.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1000, help="requests in the month")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--conc", type=int, default=6)
+    ap.add_argument("--t1-replicas", type=int, default=1)
+    ap.add_argument("--t2-replicas", type=int, default=2)
+    ap.add_argument("--screenshot", default="", help="PNG path for the FinOps page")
+    ap.add_argument("--keep", action="store_true", help="keep the scratch database")
+    ap.add_argument("--warmup-h", type=int, default=WARMUP_H,
+                    help="month-hours of frontier-first warm-up (policy default 48)")
+    ap.add_argument("--engine-model", default="smollm2",
+                    help="what the tier 1-2 engines serve (the test: a tiny random Llama)")
+    ap.add_argument("--out", default="", help="also write the report here after each variant")
+    args = ap.parse_args(argv)
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the stack on a kill
+    import logging
+    logging.basicConfig(level=logging.WARNING)
+    for name in ("httpx", "app"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    result = run(args)
+    print(result["text"])
+    return 0
+
+
+def run(args, *, keep_stack: bool = False) -> dict:
+    month = traffic.generate(args.n, args.seed)
+    for r in month.requests:     # the previous turn's text: the frontier's context key
+        r.setdefault("prev_user", "")
+    prev: dict[str, str] = {}
+    for r in month.requests:
+        if r["session"] and r.get("repeat") == "new":
+            r["prev_user"] = prev.get(r["session"], "")
+            prev[r["session"]] = r["user"]
+    stack = Stack(gold_entries(month), args.t1_replicas, args.t2_replicas,
+                  engine_model=args.engine_model)
+    try:
+        stack.start()
+        print(f"stack up: gateway {stack.gateway_url}, {len(stack.engine_urls)} engines, "
+              f"db {stack.db_name}", flush=True)
+        results = []
+        for name in args.variants.split(","):
+            res = replay_variant(stack, month, name, args.conc,
+                                 log=lambda m: print(m, flush=True), warmup_h=args.warmup_h)
+            res["headline"] = headline(res["tenant_ids"])
+            results.append(res)
+            print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "
+                  f"{res['wall_s']:.0f} s", flush=True)
+            if name == "full" and args.screenshot:
+                from replay_console import screenshot
+                restamp(res["sent"], MONTH_START)   # after its headline: month view only
+                screenshot(stack, PERIOD, args.screenshot)
+            by_name = {r["name"]: r for r in results}
+            src = "no_routing" if "no_routing" in by_name else results[0]["name"]
+            frontier = {**frontier_pass_rate(by_name[src]["tenant_ids"]), "source": src}
+            text = report(month, results, args, frontier)
+            if args.screenshot and "full" in by_name:
+                text += f"\n\nFinOps page of the replayed month (full variant): {args.screenshot}"
+            if args.out:
+                Path(args.out).write_text(text + "\n")
+        return {"text": text, "results": results, "frontier": frontier, "month": month,
+                "stack": stack if keep_stack else None}
+    finally:
+        if not keep_stack:
+            stack.stop(keep_db=args.keep)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
