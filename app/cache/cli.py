@@ -18,13 +18,17 @@ def groups() -> list:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object")
 @click.option("--threshold", type=click.FloatRange(0.0, 1.0), default=None,
               help="Cosine threshold (default: the policy default)")
-def cache_poisoning(pairs_path: str, as_json: bool, threshold: float | None) -> None:
-    """CD-28A: store each a, probe with b; report false and true hits."""
+@click.option("--static", is_flag=True,
+              help="Word-for-word guard at the threshold only, no verifier (the cache before "
+                   "issue 22)")
+def cache_poisoning(pairs_path: str, as_json: bool, threshold: float | None, static: bool) -> None:
+    """CD-28A: store each a, probe with b; report false and true hits per kind."""
     from app.cache.drill import PairError
     from app.cache.drill_runs import record_cache_poisoning
     try:
         with open(pairs_path, encoding="utf-8") as fh:
-            result = record_cache_poisoning(fh, threshold=threshold, source=pairs_path).result
+            result = record_cache_poisoning(fh, threshold=threshold, source=pairs_path,
+                                            verified=not static).result
     except PairError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from app.contract.cache.embedding import embed_many
 from app.contract.cache.keys import build_key
 from app.contract.keys import Keys
-from app.contract.cache.store import CacheStore
+from app.contract.cache.store import CacheStore, Verification
 from app.contract.policy import DEFAULTS
 
 
@@ -39,10 +39,17 @@ def _body(text: str) -> dict:
 
 
 def run_cache_poisoning(pairs: list[dict], redis_client: Any, namespace: str,
-                        threshold: float | None = None) -> dict:
+                        threshold: float | None = None, *, verified: bool = True) -> dict:
     """Each pair gets its own throwaway tenant under a throwaway namespace (deleted after),
-    so ``b`` can only hit its own ``a``. Uses the production CacheStore and key builder."""
+    so ``b`` can only hit its own ``a``. Uses the production CacheStore and key builder.
+
+    ``verified`` (the default): the verified cache at its most permissive, every ``a``
+    verified and each tenant's line already down at the policy's floor (what a tenant
+    whose evidence has opened the line serves: the verifier alone decides a rewording);
+    False: the word-for-word guard at ``threshold`` only (the cache before issue 22)."""
     threshold = DEFAULTS["cache_similarity_threshold"] if threshold is None else float(threshold)
+    floor = float(DEFAULTS["cache_verify_floor"])
+    verification = Verification(line=floor, floor=floor) if verified else None
     run_ns = Keys(namespace).drill_namespace(uuid.uuid4().hex[:12])
     store = CacheStore(redis_client, run_ns)  # Redis only: never touches the real index
     policy = dict(DEFAULTS)
@@ -57,8 +64,9 @@ def run_cache_poisoning(pairs: list[dict], redis_client: Any, namespace: str,
             answer = {"id": f"drill-{i}", "object": "chat.completion", "choices": [
                 {"index": 0, "finish_reason": "stop",
                  "message": {"role": "assistant", "content": f"answer to pair {i}"}}]}
-            store.store(key_a, vec_a[i], answer, f"drill-{i}", ttl_s=600)
-            hit = store.lookup(build_key(tenant, policy, "auto", _body(p["b"])), vec_b[i], threshold)
+            store.store(key_a, vec_a[i], answer, f"drill-{i}", ttl_s=600, verified=True)
+            hit = store.lookup(build_key(tenant, policy, "auto", _body(p["b"])), vec_b[i],
+                               threshold, verification=verification)
             k = by_kind.setdefault(p["kind"], {"pairs": 0, "hits": 0, "false_hits": 0, "true_hits": 0})
             k["pairs"] += 1
             same_n += p["same"]

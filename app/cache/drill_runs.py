@@ -17,7 +17,7 @@ KIND = "cache-poisoning"
 
 
 def record_cache_poisoning(lines: Iterable[str], *, threshold: float | None = None,
-                           source: str = "", actor=None) -> DrillRun:
+                           source: str = "", actor=None, verified: bool = True) -> DrillRun:
     """Parse, record and run; returns the finished run ("passed": no false hit, or
     "failed"; its ``result`` is the drill's report). Raises PairError on a bad file
     (nothing recorded then); an exception of the drill itself finishes the run as "error"
@@ -25,11 +25,11 @@ def record_cache_poisoning(lines: Iterable[str], *, threshold: float | None = No
     require_drill_run(actor)
     pairs = read_pairs(lines)
     configure_from(current_app.config)
-    run = start_run(KIND, {"source": source, "threshold": threshold, "pairs": len(pairs)},
-                    actor=actor)
+    run = start_run(KIND, {"source": source, "threshold": threshold, "pairs": len(pairs),
+                           "verified": verified}, actor=actor)
     try:
         result = run_cache_poisoning(pairs, get_redis(), current_app.config["REDIS_NAMESPACE"],
-                                     threshold)
+                                     threshold, verified=verified)
     except Exception as exc:
         finish_run(run, {}, passed=None, error=f"{type(exc).__name__}: {exc}")
         raise

@@ -44,6 +44,17 @@ FIELDS: dict[str, Field] = {
     "cache_ttl_s": Field(int, 86400, 0, 30 * 86400, help="Seconds a cached answer lives", tenant=TENANT_DOWN),
     "cache_max_temperature": Field(float, 0.0, 0.0, 2.0,
                                    help="Requests above this temperature are not cached", tenant=TENANT_DOWN),
+    # verified cache (issue 22): reworded questions, judged by the verifier
+    "cache_verified_only": Field(bool, True, tenant=TENANT_UP, help=(
+        "Paraphrases get only verified answers (a validator passed it, a fresh answer "
+        "agreed, or it was produced twice identically); others serve exact repeats only")),
+    "cache_verify_floor": Field(float, 0.80, 0.5, 1.0, tenant=TENANT_UP, help=(
+        "Lowest cosine at which a reworded question the verifier judges the same may be "
+        "served (the tenant's line is learned from evidence at or above it)")),
+    "cache_error_bound": Field(float, 0.001, 0.0, 0.5, tenant=TENANT_DOWN, help=(
+        "Share of verified-path hits that may be wrong (95% confidence); the line holds it")),
+    "cache_verify_sample_pct": Field(float, 5.0, 0.0, 100.0, tenant=TENANT_UP, help=(
+        "Percent of verified-path hits generated again upstream, off the path, to check them")),
     "router_tau_1": Field(float, 0.80, 0.0, 1.0,
                           help="Calibrated P(tier 1 meets the bar) needed to use tier 1", tenant=TENANT_CENTRAL),
     "router_tau_2": Field(float, 0.70, 0.0, 1.0,

@@ -243,6 +243,11 @@ async def feedback(request: Request) -> Response:
             evicted = await s00_cache.evict_for_feedback(gw, rid)
         except Exception:  # noqa: BLE001 - the verdict is recorded; eviction is best effort
             log.exception("feedback %s: cache eviction failed", rid)
+    else:
+        try:  # a validator passed it: the answer may now serve paraphrases
+            await s00_cache.verify_for_feedback(gw, rid)
+        except Exception:  # noqa: BLE001 - the verdict is recorded; this is best effort
+            log.exception("feedback %s: cache verification failed", rid)
     return _json({"object": "feedback", "request_id": rid, "pass": ev["pass"],
                   "recorded_at": ev["at"], "cache_evicted": evicted}, status=202)
 

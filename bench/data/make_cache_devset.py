@@ -238,16 +238,16 @@ LANGUAGE = {
         "Qual è stato il fatturato di {C} nel {Y}?", "Wat was de omzet van {C} in {Y}?"],
 }
 DOC_LINES = [
-    "Net revenue for the quarter came in at ${A1},{A2}00, ahead of plan.",
+    "Net revenue for the quarter came in at ${REV:,}, ahead of plan.",
     "Headcount in the {P} office reached {H} after the spring hiring round.",
     "Churn fell to {R}.{R2}% while gross margin held at {G}%.",
     "The {C} renewal is worth ${B},000 a year and closes in {M}.",
-    "Support answered {T} tickets with a median first response of {S} minutes.",
-    "Cloud spend was ${K},{K2}00, of which storage took {R}{R2}%.",
+    "Support answered {T:,} tickets with a median first response of {S} minutes.",
+    "Cloud spend was ${K:,}, of which storage took {R}{R2}%.",
     "Two enterprise pilots started in {P2}; one converts in {Q}.",
-    "Inventory of {SKU} stands at {H}{R} units across both warehouses.",
-    "Open receivables total ${B}{R},{A2}50 with {R} invoices past due.",
-    "The board approved a budget of ${K}{R}0,000 for the data platform.",
+    "Inventory of {SKU} stands at {U:,} units across both warehouses.",
+    "Open receivables total ${AR:,} with {R} invoices past due.",
+    "The board approved a budget of ${BUD:,} for the data platform.",
 ]
 DOC_ASKS = ["can you summarise the key figures in this report?",
             "please pull out every number in this update and say what it measures.",
@@ -257,10 +257,12 @@ GREETINGS = ["Hi team,", "Hello,", "Good morning,", "Hey all,", "Dear colleagues
 
 
 def _doc(rng: random.Random, s: Slots) -> tuple[list[str], dict]:
-    nums = {"A1": rng.randint(2, 9), "A2": rng.randint(10, 99), "H": rng.randint(40, 400),
-            "R": rng.randint(1, 9), "R2": rng.randint(1, 9), "G": rng.randint(40, 80),
-            "B": rng.randint(20, 90), "T": rng.randint(300, 4000), "S": rng.randint(5, 55),
-            "K": rng.randint(10, 90), "K2": rng.randint(10, 99)}
+    nums = {"REV": rng.randint(200, 990) * 1000 + rng.randint(1, 99) * 10,
+            "H": rng.randint(40, 400), "R": rng.randint(1, 9), "R2": rng.randint(1, 9),
+            "G": rng.randint(40, 80), "B": rng.randint(20, 90), "T": rng.randint(300, 4000),
+            "S": rng.randint(5, 55), "K": rng.randint(10, 90) * 1000 + rng.randint(1, 9) * 100,
+            "U": rng.randint(100, 9000), "AR": rng.randint(50, 900) * 1000 + 250,
+            "BUD": rng.randint(10, 99) * 10000}
     lines = rng.sample(DOC_LINES, 7)
     return lines, nums
 
@@ -279,10 +281,11 @@ def doc_pair(rng: random.Random, same: bool) -> tuple[str, str]:
         return f"{g1} {ask}\n\n{body}\n\nThanks, {s.d['PER']}", f"{g2} {ask}\n\n{body}\n\nThanks, {s.d['PER']}"
     # one figure changed deep inside (a line in the second half of the document)
     deep = lines[4:]
-    keys = sorted({k for line in deep for k in nums if "{" + k + "}" in line})
+    keys = sorted({k for line in deep for k in nums
+                   if "{" + k + "}" in line or "{" + k + ":" in line})
     k = rng.choice(keys)
     changed = dict(nums)
-    changed[k] = nums[k] + rng.choice([1, 2, 3, 5])
+    changed[k] = nums[k] + rng.choice([1, 2, 3, 5]) * (1000 if nums[k] > 10000 else 1)
     body2 = " ".join(line.format(**(changed if i >= 4 else nums), **s.d) for i, line in enumerate(lines))
     return f"{g1} {ask}\n\n{body}\n\nThanks, {s.d['PER']}", f"{g1} {ask}\n\n{body2}\n\nThanks, {s.d['PER']}"
 
@@ -294,10 +297,10 @@ def _number_forms(rng: random.Random) -> tuple[str, str, str, str]:
     return SPELLED[a], SPELLED[b], str(a), str(b)
 
 
-def gen_kind(kind: str, rng: random.Random) -> list[tuple[str, str]]:
+def gen_kind(kind: str, rng: random.Random, per_kind: int = PER_KIND) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
-    while len(out) < PER_KIND:
+    while len(out) < per_kind:
         s = Slots(rng)
         if kind == "synonym":
             ta, tb = rng.choice(SYNONYM)
@@ -364,11 +367,14 @@ KINDS = {"synonym": True, "reorder": True, "surface": True, "doc_greeting": True
          "code_language": False, "code_order": False}
 
 
-def build() -> list[dict]:
+def build(seed: int = SEED, per_kind: int = PER_KIND) -> list[dict]:
+    """The pairs; another ``seed`` gives other values in the same templates (the quality
+    bench's calibration traffic)."""
     rows = []
     for i, (kind, same) in enumerate(KINDS.items()):
-        rng = random.Random(SEED * 100 + i)
-        rows += [{"a": a, "b": b, "same": same, "kind": kind} for a, b in gen_kind(kind, rng)]
+        rng = random.Random(seed * 100 + i)
+        rows += [{"a": a, "b": b, "same": same, "kind": kind}
+                 for a, b in gen_kind(kind, rng, per_kind)]
     return rows
 
 

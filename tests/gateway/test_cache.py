@@ -70,8 +70,10 @@ def test_exact_hit_served_streamed_and_not_at_cost_zero(app, world, fake_replica
 def test_streamed_miss_is_stored_and_semantic_hit(app, gateway, fake_replicas, frontier,
                                                   redis_client):
     ns = app.config["REDIS_NAMESPACE"]
+    # verified_only off: any complete answer serves its paraphrases at once (the cache
+    # before issue 22; the verified path is tests/gateway/test_verified_cache.py)
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
-                   policy={"cache_similarity_threshold": 0.95})
+                   policy={"cache_similarity_threshold": 0.95, "cache_verified_only": False})
     client = w.client()
     _, answer = _stream_text(client, ASK)
     _stored(redis_client, ns, w.tenant.id)

@@ -20,7 +20,7 @@ def test_the_probe_embeds_only_where_something_could_match(app, gateway, fake_re
                                                            frontier, redis_client):
     ns = app.config["REDIS_NAMESPACE"]
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
-                   policy={"cache_similarity_threshold": 0.95})
+                   policy={"cache_similarity_threshold": 0.95, "cache_verified_only": False})
     client = w.client()
 
     def ask(messages) -> str:

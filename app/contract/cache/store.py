@@ -44,6 +44,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.contract.cache.keys import CacheKey
 from app.contract.keys import Keys
 from app.contract.cache.mirror import BucketMirror
+from app.core.cache_verify import same_question
 from app.core.entities import EntityProfile, profiles_compatible
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ EXPIRED_SWEEP = 32          # expired entries a store removes from its bucket, a
 VERIFY_BATCH = 8            # candidates confirmed per Redis round trip
 BREAKER_MAX_S = 30.0        # longest pause before Redis is tried again
 FILL_MAX = 64               # pending entries a lookup embeds and writes back, at most
+JUDGE_MAX = 32              # candidates above the lowest line a lookup judges, at most
 _REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, OSError)
 
 # Adds one entry to a bucket atomically: the sequence number and the zset agree, so a
@@ -113,6 +115,22 @@ class CacheHit:
     response: dict
     request_id: str           # the request whose answer is served
     cached_at: float = 0.0
+    how: str = "exact"        # "exact" | "fast" (word for word) | "verified" (the verifier)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """How a lookup treats a reworded question (issue 22; ``app.core.cache_verify``).
+
+    ``line``: the tenant's learned cosine for verified rewordings (``app.core.cache_bound``);
+    an entry may serve lower, down to ``floor``, at the cosine it was itself seen to agree.
+    ``verified_only``: paraphrases get only answers that were verified (a validator passed
+    them, a fresh answer agreed, or they were produced twice identically); others serve
+    exact repeats only. The best candidate judged the same but not served (unverified, or
+    below its threshold) is reported in ``notes["candidate"]`` so the miss can check it."""
+    line: float
+    floor: float = 0.70
+    verified_only: bool = True
 
 
 @dataclass
@@ -125,6 +143,7 @@ class StoreItem:
     ttl_s: int
     workflow: str | None = None
     vector_later: bool = False
+    verified: bool = False    # a validator passed it, or it was produced twice identically
 
 
 @dataclass
@@ -201,7 +220,8 @@ class CacheStore:
 
     # ---- lookup -----------------------------------------------------------------------
     def lookup(self, key: CacheKey, embedding: Embedding, threshold: float, *,
-               exact: bool = True) -> CacheHit | None:
+               exact: bool = True, verification: Verification | None = None,
+               notes: dict | None = None) -> CacheHit | None:
         """Exact hit first (unless ``exact`` is False: the caller just looked); then the best
         semantic candidate in the key's bucket whose entity guard agrees and whose cosine is
         >= ``threshold``. A key whose text the embedding does not see whole matches
@@ -214,13 +234,15 @@ class CacheStore:
             embedding = None
         if self.redis_available():
             try:
-                hit = self._lookup_redis(key, embedding, threshold, exact)
+                hit = self._lookup_redis(key, embedding, threshold, exact, verification, notes)
                 self._redis_ok()
                 return hit
             except _REDIS_DOWN:
                 self._redis_failed("lookup")
             except Exception:
                 log.warning("cache lookup failed (Redis); trying Qdrant", exc_info=True)
+        if verification is not None and verification.verified_only:
+            return None  # Qdrant keeps no verification state: exact repeats only meanwhile
         try:
             return self._semantic_qdrant(key, _vector(embedding), threshold) \
                 if embedding is not None else None
@@ -249,7 +271,8 @@ class CacheStore:
         return None, bool(known)
 
     def _lookup_redis(self, key: CacheKey, embedding: Embedding, threshold: float,
-                      exact: bool) -> CacheHit | None:
+                      exact: bool, verification: Verification | None = None,
+                      notes: dict | None = None) -> CacheHit | None:
         bucket = self._k("b", key.tenant_id, key.composite)
         known = True
         if exact:
@@ -266,9 +289,11 @@ class CacheStore:
             if not known:
                 self.mirror.forget(bucket)
             return None
-        return self._semantic_redis(key, embedding, threshold)
+        return self._semantic_redis(key, embedding, threshold, verification, notes)
 
-    def _semantic_redis(self, key: CacheKey, embedding: Embedding, threshold: float) -> CacheHit | None:
+    def _semantic_redis(self, key: CacheKey, embedding: Embedding, threshold: float,
+                        verification: Verification | None = None,
+                        notes: dict | None = None) -> CacheHit | None:
         bucket = self._k("b", key.tenant_id, key.composite)
         copy = self.mirror.sync(self.redis, bucket, _unpack)
         now = time.time()
@@ -278,12 +303,15 @@ class CacheStore:
         pending = copy.live_pending(now, FILL_MAX)
         if pending:
             self._fill_pending(bucket, copy, pending)
-        cands = copy.candidates(vec, threshold, now,
-                                lambda prof: profiles_compatible(key.profile, prof))
+        if verification is None:
+            cands = [(row, sim, "fast") for row, sim in copy.candidates(
+                vec, threshold, now, lambda prof: profiles_compatible(key.profile, prof))]
+        else:
+            cands = self._judged(key, copy, vec, threshold, now, verification, notes)
         for i in range(0, len(cands), VERIFY_BATCH):
             batch = cands[i:i + VERIFY_BATCH]
-            raws = self.redis.mget([copy.metas[row]["x"] for row, _ in batch])
-            for (row, sim), raw in zip(batch, raws):
+            raws = self.redis.mget([copy.metas[row]["x"] for row, _, _ in batch])
+            for (row, sim, how), raw in zip(batch, raws):
                 if raw is None:  # evicted or invalidated since the copy was made
                     copy.kill(row)
                     continue
@@ -291,8 +319,36 @@ class CacheStore:
                 if entry.get("request_id") != copy.ids[row]:
                     continue  # the exact entry now holds a newer answer to the same prompt
                 return CacheHit("semantic", sim, entry["response"], entry["request_id"],
-                                entry.get("created", 0.0))
+                                entry.get("created", 0.0), how)
         return None
+
+    def _judged(self, key: CacheKey, copy: Any, vec: np.ndarray, threshold: float, now: float,
+                verification: Verification, notes: dict | None) -> list[tuple[int, float, str]]:
+        """Candidates the request may be served from, best first, each with how it was
+        judged: "fast" (word for word, at or above ``threshold``) or "verified" (the
+        verifier, at or above the entry's own threshold)."""
+        low = min(threshold, verification.floor)
+        out = []
+        for row, sim in copy.candidates(vec, low, now, lambda prof: True)[:JUDGE_MAX]:
+            meta = copy.metas[row]
+            prof = meta["_profile"]
+            if prof.signature_hash != key.profile.signature_hash:
+                continue
+            fast = sim >= threshold and profiles_compatible(key.profile, prof)
+            if not fast:
+                text = meta.get("q")
+                if text is None or not same_question(key.text, key.profile, text, prof)[0]:
+                    continue
+            # an entry's own threshold: the line, or where it was itself seen to agree
+            own = max(verification.floor, min(verification.line, float(meta.get("tau", 1.0))))
+            verified = bool(meta.get("v")) or not verification.verified_only
+            if (fast or sim >= own) and verified:
+                out.append((row, sim, "fast" if fast else "verified"))
+            elif notes is not None and "candidate" not in notes:
+                # judged the same, not served: the miss's fresh answer will tell
+                notes["candidate"] = {"request_id": copy.ids[row], "similarity": sim,
+                                      "x": meta["x"], "served_at": own, "fast": fast}
+        return out
 
     def _fill_pending(self, bucket: str, copy: Any, pending: list[tuple[str, dict]]) -> None:
         """Embed entries stored without a vector and write the vectors back (Redis, and the
@@ -354,13 +410,14 @@ class CacheStore:
 
     # ---- store ------------------------------------------------------------------------
     def store(self, key: CacheKey, embedding: np.ndarray | None, response: dict, request_id: str,
-              ttl_s: int, workflow: str | None = None, *, vector_later: bool = False) -> bool:
+              ttl_s: int, workflow: str | None = None, *, vector_later: bool = False,
+              verified: bool = False) -> bool:
         """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``.
         ``vector_later``: with no ``embedding``, the semantic entry is kept pending (with its
         text), to be embedded by the first lookup that reaches its bucket; without it, an
         answer stored with no embedding serves exact repeats only."""
         return self.store_many([StoreItem(key, embedding, response, request_id, ttl_s,
-                                          workflow, vector_later)]) == 1
+                                          workflow, vector_later, verified)]) == 1
 
     def store_many(self, items: list["StoreItem"]) -> int:
         """``store`` for several answers in one Redis round trip; returns how many Redis took."""
@@ -379,7 +436,7 @@ class CacheStore:
                 pipe = self.redis.pipeline(transaction=False)
                 for it, emb, later, entry in todo:
                     self._store_redis(it.key, emb, entry, it.request_id, it.ttl_s, it.workflow,
-                                      now, later, pipe)
+                                      now, later, pipe, it.verified)
                 pipe.execute()
                 self._redis_ok()
                 ok = len(todo)
@@ -394,7 +451,7 @@ class CacheStore:
 
     def _store_redis(self, key: CacheKey, embedding: np.ndarray | None, entry: dict,
                      request_id: str, ttl_s: int, workflow: str | None, now: float,
-                     vector_later: bool, pipe: Any) -> None:
+                     vector_later: bool, pipe: Any, verified: bool = False) -> None:
         xkey = self._k("x", key.tenant_id, key.exact_hash)
         bucket = self._k("b", key.tenant_id, key.composite)
         pipe.set(xkey, json.dumps(entry, separators=(",", ":")), ex=ttl_s)
@@ -407,7 +464,7 @@ class CacheStore:
         self._extend(keys=index_keys, args=[ttl_s], client=pipe)
         if embedding is not None or vector_later:
             meta = {"x": xkey, "exp": now + ttl_s, "created": now,
-                    "profile": key.profile.to_dict()}
+                    "profile": key.profile.to_dict(), "q": key.text, "v": int(verified)}
             if embedding is None:  # pending: what the filler needs to embed and index it
                 meta.update(t=key.text, composite=key.composite, tenant=key.tenant_id)
                 embedding = _NO_VECTOR
@@ -434,6 +491,40 @@ class CacheStore:
                 payload=payload)])
         except Exception:
             log.warning("cache store failed (Qdrant)", exc_info=True)
+
+    # ---- verification state -------------------------------------------------------------
+    def mark(self, request_id: str, *, verified: bool | None = None,
+             agreed_at: float | None = None) -> bool:
+        """Record what verification learned about the entry that answered ``request_id``:
+        it is verified (may serve paraphrases), and/or it agreed with a fresh answer at
+        cosine ``agreed_at`` (its own threshold comes down to there). The record is written
+        back under a new sequence number so every process's mirror picks it up. False when
+        the entry is gone."""
+        try:
+            raw = self.redis.get(self._k("r", request_id))
+            if raw is None:
+                return False
+            bucket = json.loads(raw)["b"]
+            record = self.redis.hget(bucket, request_id)
+            if record is None:
+                return False
+            meta, vec = _unpack(record)
+            if verified is not None:
+                meta["v"] = int(verified)
+            if agreed_at is not None:
+                meta["tau"] = min(float(meta.get("tau", 1.0)), float(agreed_at))
+            meta.pop("_profile", None)
+            n = self._fill(keys=[bucket, f"{bucket}:v", f"{bucket}:s"],
+                           args=[request_id, _pack(meta, vec)])
+            return bool(n)
+        except Exception:
+            log.warning("cache mark failed", exc_info=True)
+            return False
+
+    def exact_response(self, xkey: str) -> dict | None:
+        """The answer an exact-cache key holds now (None: gone)."""
+        raw = self.redis.get(xkey)
+        return None if raw is None else json.loads(raw)
 
     # ---- eviction / invalidation -----------------------------------------------------------
     def evict(self, request_id: str) -> bool:

@@ -13,11 +13,22 @@ micro-batcher (``app.contract.cache.batcher``): concurrent requests share one en
 
 Nothing runs for a request that is not cacheable (cache off, temperature above the
 policy's bound, n > 1).
+
+Verified cache (issue 22): a reworded question is judged by the verifier
+(``app.core.cache_verify``) and served only from a verified entry at or above the entry's
+own threshold (the tenant's learned line, ``app.core.cache_bound``, or lower where the entry
+itself agreed). A candidate judged the same but not served is noted on the request; once
+the miss has its answer, the cache writer compares the two (``_check_candidate``): agreeing,
+the cached entry becomes verified and its threshold comes down to this cosine, and the new
+answer is stored verified (it was produced twice); disagreeing, the entry is evicted. Each
+comparison is evidence for the tenant's line (``app.contract.cache.quality``).
 """
 from __future__ import annotations
 
+import json
 import logging
 import queue
+import random
 import threading
 from collections import deque
 from typing import Any
@@ -25,6 +36,7 @@ from typing import Any
 import anyio
 
 from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
+from app.core.cache_bound import answers_agree
 from app.contract.keys import Keys
 from app.gateway.context import GatewayServices, RequestContext
 from app.gateway.request_facts import embedding
@@ -50,6 +62,7 @@ class GatewayCache:
         self._writer: threading.Thread | None = None
         self._dropped: set[str] = set()      # answers refused while their write was queued
         self._dropped_order: deque[str] = deque()
+        self._quality = None
         configure_from(config)  # how this process embeds (the router's embedding too)
 
     # ---- background writes: one thread, no hop per answer ---------------------------------
@@ -85,15 +98,52 @@ class GatewayCache:
                 except queue.Empty:
                     break
             stop = items[-1] is None
-            batch = [_store_item(ctx, response) for ctx, response in
-                     (it for it in items if it is not None)
-                     if ctx.request_id not in self._dropped]
+            todo = [(ctx, response) for ctx, response in (it for it in items if it is not None)
+                    if ctx.request_id not in self._dropped]
+            batch = [_store_item(ctx, response, self._check_candidate(ctx, response))
+                     for ctx, response in todo]
             try:
                 self.store.store_many(batch)
             except Exception:  # noqa: BLE001 - a cache write never fails anything
                 log.exception("cache write of %d answers failed", len(batch))
             if stop:
                 return
+
+    def _check_candidate(self, ctx: RequestContext, response: dict) -> bool:
+        """A miss that had a candidate judged the same but not served: compare its fresh
+        answer with the candidate's. True when they agree (the new answer is then stored
+        verified: produced twice). Never raises."""
+        cand = ctx.telemetry.get("cache_candidate")
+        if not cand:
+            return False
+        try:
+            store, tenant, wf = self.store, ctx.tenant["id"], ctx.workflow_signature or None
+            rid, sim = cand["of_request"], float(cand["similarity"])
+            loc = store.redis.get(Keys(self.config["REDIS_NAMESPACE"]).cache("r", rid))
+            entry = store.exact_response(json.loads(loc)["x"]) if loc else None
+            if entry is None or entry.get("request_id") != rid:
+                return False  # gone meanwhile: nothing to learn
+            exact = float(ctx.body.get("temperature") or 0.0) == 0.0
+            agreed = answers_agree(entry["response"], response, exact=exact)
+            self.quality.observe(tenant, wf, sim, agreed, "check")
+            if agreed:
+                if store.mark(rid, verified=True, agreed_at=sim):
+                    self.quality.count(tenant, wf, "verified")
+            elif store.evict(rid):
+                self.quality.count(tenant, wf, "evicted")
+            ctx.telemetry["cache_candidate"]["agreed"] = agreed
+            return agreed
+        except Exception:  # noqa: BLE001 - learning never fails a write
+            log.exception("request %s: cache candidate check failed", ctx.request_id)
+            return False
+
+    @property
+    def quality(self):
+        """The verified cache's evidence and counters (sync Redis, the store's client)."""
+        if self._quality is None:
+            from app.contract.cache.quality import CacheQuality
+            self._quality = CacheQuality(self.store.redis, self.config["REDIS_NAMESPACE"])
+        return self._quality
 
     @property
     def store(self):
@@ -164,12 +214,38 @@ def _cacheable(ctx: RequestContext) -> bool:
         and is_cacheable_request(ctx.body, ctx.policy)
 
 
+def _verification(ctx: RequestContext):
+    """The request's Verification: the tenant's learned line (read in the worker thread,
+    only when a semantic lookup happens, at most every few seconds per tenant)."""
+    from app.contract.cache.store import Verification
+    policy = ctx.policy
+    threshold = float(policy["cache_similarity_threshold"])
+    floor = float(policy["cache_verify_floor"])
+    line = ctx.services.cache.quality.line(ctx.tenant["id"], float(policy["cache_error_bound"]),
+                                           floor, threshold)
+    return Verification(line=line, floor=floor,
+                        verified_only=bool(policy["cache_verified_only"]))
+
+
+def _semantic(ctx: RequestContext, store, key, exact: bool):
+    """The lookup past the exact entry, in a worker thread: the verifier's candidate the
+    request was not served from goes on ``ctx.telemetry["cache_candidate"]``."""
+    threshold = float(ctx.policy["cache_similarity_threshold"])
+    notes: dict = {}
+    hit = store.lookup(key, lambda: embedding(ctx), threshold, exact=exact,
+                       verification=_verification(ctx), notes=notes)
+    cand = notes.get("candidate")
+    if hit is None and cand is not None:
+        ctx.telemetry["cache_candidate"] = {"of_request": cand["request_id"],
+                                            "similarity": round(cand["similarity"], 5)}
+    return hit
+
+
 def _probe(ctx: RequestContext, store):
     """Runs in a worker thread: key, exact lookup, then (when the bucket holds anything)
     embedding and semantic lookup."""
     ctx.cache_key = key = build_key(ctx.tenant["id"], ctx.policy, ctx.body["model"], ctx.body)
-    threshold = float(ctx.policy["cache_similarity_threshold"])
-    return store.lookup(key, lambda: embedding(ctx), threshold)
+    return _semantic(ctx, store, key, True)
 
 
 def _short(body: dict) -> bool:
@@ -200,9 +276,7 @@ async def _probe_async(ctx: RequestContext, store):
         return await anyio.to_thread.run_sync(_probe, ctx, store)
     if hit is not None or not bucket_exists or not key.semantic:
         return hit
-    threshold = float(ctx.policy["cache_similarity_threshold"])
-    return await anyio.to_thread.run_sync(
-        lambda: store.lookup(key, lambda: embedding(ctx), threshold, exact=False))
+    return await anyio.to_thread.run_sync(_semantic, ctx, store, key, False)
 
 
 def _served(response: dict, request_id: str) -> dict:
@@ -224,7 +298,10 @@ async def run(ctx: RequestContext) -> str:
     ctx.cache = hit.kind
     ctx.cached_response = _served(hit.response, ctx.request_id)
     ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
-                                  "similarity": round(hit.similarity, 5)}
+                                  "similarity": round(hit.similarity, 5), "how": hit.how}
+    if hit.how == "verified" and random.random() * 100.0 < float(
+            ctx.policy.get("cache_verify_sample_pct") or 0.0):
+        ctx.telemetry["cache_hit"]["sampled"] = True  # generated again off the path
     await ctx.services.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
     if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
         return "RESPOND"
@@ -233,14 +310,16 @@ async def run(ctx: RequestContext) -> str:
                                ex=SERVED_TTL_S)
     except Exception as exc:  # noqa: BLE001 - feedback on this hit then cannot evict it
         log.warning("request %s: could not record the served hit: %s", ctx.request_id, exc)
+    await cache.quality.acount_hit(cache.aredis, ctx.tenant["id"],
+                                   ctx.workflow_signature or None, hit.how)
     return "RESPOND"
 
 
-def _store_item(ctx: RequestContext, response: dict):
+def _store_item(ctx: RequestContext, response: dict, verified: bool = False):
     from app.contract.cache.store import StoreItem
     return StoreItem(ctx.cache_key, ctx.embedding, response, ctx.request_id,
                      int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None,
-                     vector_later=True)
+                     vector_later=True, verified=verified)
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
@@ -253,6 +332,22 @@ async def on_complete(ctx: RequestContext, response: dict | None) -> None:
         return
     if not ctx.services.cache.write_later(ctx, response):
         log.warning("request %s: cache write queue full; answer not cached", ctx.request_id)
+
+
+async def verify_for_feedback(services: GatewayServices, request_id: str) -> bool:
+    """Feedback "pass" on ``request_id``: a validator passed the answer, so the entry it
+    was served from (a hit) or the entry it became (a miss that was stored) is verified and
+    may serve paraphrases. False when there is no such entry (yet)."""
+    cache = getattr(services, "cache", None)
+    if cache is None:
+        return False
+    source = None
+    try:
+        source = await services.redis.get(cache.served_key(request_id))
+    except Exception as exc:  # noqa: BLE001
+        log.warning("feedback: served-hit lookup failed: %s", exc)
+    target = source.decode() if isinstance(source, bytes) else (source or request_id)
+    return await anyio.to_thread.run_sync(lambda: cache.store.mark(target, verified=True))
 
 
 async def evict_for_feedback(services: GatewayServices, request_id: str) -> bool:

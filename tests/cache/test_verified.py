@@ -1,0 +1,107 @@
+"""The verified cache on the real store (issue 22): paraphrases get only verified answers,
+the verifier serves rewordings at or above the entry's own threshold, hard look-alikes
+never; and the verifier itself on plain data."""
+from __future__ import annotations
+
+import pytest
+
+from app.contract.cache.embedding import embed_many
+from app.contract.cache.keys import build_key
+from app.contract.cache.store import Verification
+from app.contract.policy import DEFAULTS
+from app.core.cache_verify import ANTONYMS, SYNONYMS, same_question
+from app.core.entities import entity_profile
+
+POLICY = dict(DEFAULTS)
+TH = DEFAULTS["cache_similarity_threshold"]
+FLOOR = DEFAULTS["cache_verify_floor"]
+
+
+def body(text: str) -> dict:
+    return {"model": "auto", "temperature": 0, "messages": [{"role": "user", "content": text}]}
+
+
+def answer(text: str) -> dict:
+    return {"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+
+
+def put_and_probe(store, a: str, b: str, verification, *, verified=True, notes=None):
+    va, vb = embed_many([a, b])
+    store.store(build_key("t1", POLICY, "auto", body(a)), va, answer("A"), "r-a", ttl_s=600,
+                verified=verified)
+    return store.lookup(build_key("t1", POLICY, "auto", body(b)), vb, TH,
+                        verification=verification, notes=notes)
+
+
+REWORDED = ("How many employees does Vantrix have in Ohio?",
+            "What is the number of employees Vantrix has in Ohio?")
+
+
+def test_an_unverified_answer_serves_exact_repeats_only_until_it_is_verified(store):
+    notes: dict = {}
+    open_line = Verification(line=FLOOR, floor=FLOOR)
+    assert put_and_probe(store, *REWORDED, open_line, verified=False, notes=notes) is None
+    cand = notes["candidate"]
+    assert cand["request_id"] == "r-a" and cand["similarity"] >= FLOOR
+    exact = store.lookup(build_key("t1", POLICY, "auto", body(REWORDED[0])), None, TH,
+                         verification=open_line)
+    assert exact is not None and exact.kind == "exact"   # exact repeats are served at once
+    assert store.mark("r-a", verified=True)
+    hit = store.lookup(build_key("t1", POLICY, "auto", body(REWORDED[1])),
+                       embed_many([REWORDED[1]])[0], TH, verification=open_line)
+    assert hit is not None and hit.how == "verified" and hit.request_id == "r-a"
+
+
+def test_the_entry_threshold_comes_down_where_it_agreed(store):
+    closed = Verification(line=TH, floor=FLOOR)   # a tenant with no evidence yet
+    notes: dict = {}
+    assert put_and_probe(store, *REWORDED, closed, notes=notes) is None
+    sim = notes["candidate"]["similarity"]
+    assert FLOOR <= sim < TH
+    assert store.mark("r-a", agreed_at=sim)       # a fresh answer agreed at this cosine
+    hit = store.lookup(build_key("t1", POLICY, "auto", body(REWORDED[1])),
+                       embed_many([REWORDED[1]])[0], TH, verification=closed)
+    assert hit is not None and hit.how == "verified"
+
+
+@pytest.mark.parametrize("a,b", [
+    ("Did Vantrix sue Quorvel in 2024?", "Did Quorvel sue Vantrix in 2024?"),
+    ("Does the Brimlock plan include audit logs?", "Does the Brimlock plan exclude audit logs?"),
+    ("What was the profit of Calvexa in 2023?", "What was the loss of Calvexa in 2023?"),
+    ("Is a 20 GB upload allowed on the Dornfeld plan?", "Is a 20 MB upload allowed on the Dornfeld plan?"),
+    ("List orders over $500 in Denver.", "List orders under $500 in Denver."),
+    ("Can I order twenty-five units of SKU-4410?", "Can I order twenty-six units of SKU-4410?"),
+    ("Write a Python function that sorts the list and then removes duplicates.",
+     "Write a Python function that removes duplicates and then sorts the list."),
+    ("Write a Python function that reverses a linked list.",
+     "Write a Rust function that reverses a linked list."),
+    ("What is the return policy for SKU-1234 in Texas?",
+     "Wie lautet die Rückgaberichtlinie für SKU-1234 in Texas?"),
+    ("Why did the payment for invoice INV-1 fail?", "How did the payment for invoice INV-1 fail?"),
+])
+def test_hard_look_alikes_are_never_served(store, a, b):
+    assert put_and_probe(store, a, b, Verification(line=FLOOR, floor=FLOOR)) is None
+
+
+def test_verifier_reads_rewordings_and_refuses_changes():
+    def same(a: str, b: str) -> bool:
+        return same_question(a, entity_profile(a), b, entity_profile(b))[0]
+    assert same(*REWORDED)
+    assert same("What is the headcount of Vantrix in Ohio?", REWORDED[0])
+    assert same("When did order ORD-1 ship?", "What was the shipping date of order ORD-1?")
+    assert same("Why was invoice INV-9 rejected?", "What is the reason invoice INV-9 was rejected?")
+    assert same("What does SKU-1 cost?", "What is the price of SKU-1?")
+    assert not same("When did order ORD-1 ship?", "Where did order ORD-1 ship?")
+    assert not same("How many customers does Vantrix have?", "Which customers does Vantrix have?")
+    assert not same("What is the price of SKU-1?", "What is the weight of SKU-1?")
+    assert not same("Can Haddad approve expenses for Keller?", "Can Keller approve expenses for Haddad?")
+    ok, why = same_question("Was order ORD-1 an early arrival?", entity_profile("x"),
+                            "Was order ORD-1 a late arrival?", entity_profile("x"))
+    assert not ok
+
+
+def test_no_synonym_group_holds_an_antonym_pair():
+    for group in SYNONYMS:
+        for a, b in ANTONYMS:
+            assert not (a in group and b in group), (group, a, b)
