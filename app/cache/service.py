@@ -6,7 +6,9 @@ from typing import Any
 from flask import current_app
 
 from app.audit.service import record
+from app.contract.cache.quality import CacheQuality
 from app.contract.cache.store import CacheStore
+from app.core.cache_bound import Evidence
 from app.errors import Forbidden, ValidationError
 from app.extensions import db
 from app.redis_client import get_redis
@@ -53,3 +55,69 @@ def invalidate_cache(user, tenant_id: int | None = None, workflow: str | None = 
            after={"tenant_id": scope, "workflow": workflow or None, "removed": removed})
     db.session.commit()
     return removed
+
+
+QUALITY_DAYS = 7
+
+
+def cache_quality(user) -> list[dict]:
+    """Per tenant and workflow the user may see: requests and hits over the last
+    QUALITY_DAYS days (the ledger), hits by how they were judged, verification evidence
+    (the measured error of verified-path candidates with its 95% interval), the tenant's
+    bound and line, and evictions (the verified cache's Redis counters)."""
+    from datetime import timedelta
+
+    from sqlalchemy import func, select
+
+    from app.ledger.models import LedgerEntry
+    from app.policies.service import effective_policy
+    from app.tenants.service import visible_tenants
+    from app.models_base import utcnow
+    tenants = {t.id: t for t in visible_tenants(user)}
+    if not tenants:
+        return []
+    since = utcnow() - timedelta(days=QUALITY_DAYS)
+    counts: dict[tuple[int, str], dict] = {}
+    q = (select(LedgerEntry.tenant_id, LedgerEntry.workflow, LedgerEntry.cache, func.count())
+         .where(LedgerEntry.at >= since, LedgerEntry.tenant_id.in_(list(tenants)),
+                LedgerEntry.kind == "request")
+         .group_by(LedgerEntry.tenant_id, LedgerEntry.workflow, LedgerEntry.cache))
+    for tenant_id, workflow, cache, n in db.session.execute(q):
+        row = counts.setdefault((tenant_id, workflow or ""), {"requests": 0, "exact": 0,
+                                                              "semantic": 0})
+        row["requests"] += n
+        if cache in ("exact", "semantic"):
+            row[cache] += n
+    stats = {}
+    quality = CacheQuality(get_redis(), current_app.config["REDIS_NAMESPACE"])
+    for r in quality.rows():
+        try:
+            stats[(int(r["tenant"]), r["workflow"])] = r
+        except ValueError:
+            continue
+    out = []
+    policies: dict[int, dict] = {}
+    for key in sorted(set(counts) | {k for k in stats if k[0] in tenants}):
+        tenant_id, workflow = key
+        pol = policies.setdefault(tenant_id, effective_policy(tenant_id))
+        c = counts.get(key, {"requests": 0, "exact": 0, "semantic": 0})
+        st = stats.get(key, {})
+        ev = Evidence.from_fields(st)
+        n, k, rate, lo, hi = ev.measured()
+        bound = float(pol["cache_error_bound"])
+        tenant_ev = quality.evidence(tenant_id)
+        line = tenant_ev.line(bound, float(pol["cache_verify_floor"]),
+                              float(pol["cache_similarity_threshold"]))
+        hits = c["exact"] + c["semantic"]
+        semantic = st.get("hits_fast", 0) + st.get("hits_verified", 0)
+        out.append({
+            "tenant_id": tenant_id, "tenant": tenants[tenant_id].name, "workflow": workflow,
+            "requests": c["requests"], "hits": hits,
+            "hit_rate": hits / c["requests"] if c["requests"] else None,
+            "hits_exact": st.get("hits_exact", 0), "hits_fast": st.get("hits_fast", 0),
+            "hits_verified": st.get("hits_verified", 0),
+            "share_verified": st.get("hits_verified", 0) / semantic if semantic else None,
+            "checked": n, "wrong": k, "error": rate if n else None, "error_low": lo,
+            "error_high": hi if n else None, "bound": bound, "line": line,
+            "verified_entries": st.get("verified", 0), "evicted": st.get("evicted", 0)})
+    return out

@@ -9,7 +9,7 @@ from flask import Blueprint, abort, flash, g, jsonify, redirect, render_template
 from flask_login import current_user, login_required
 
 from app.api.views import api_auth, body
-from app.cache.service import invalidate_cache
+from app.cache.service import cache_quality, invalidate_cache
 from app.errors import ValidationError
 from app.tenants.service import visible_tenants
 from app.workflows.service import list_workflows
@@ -65,7 +65,8 @@ def index():
         abort(403)
     return render_template("cache/index.html", tenants=visible_tenants(current_user),
                            workflows=list_workflows(current_user),
-                           can_all=current_user.tenant_id is None)
+                           can_all=current_user.tenant_id is None,
+                           quality=cache_quality(current_user))
 
 
 @bp.route("/invalidate", methods=["POST"])

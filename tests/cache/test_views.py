@@ -145,3 +145,32 @@ def test_console_viewer_and_scoped_user(app):
     for data in ({"scope": "tenant", "tenant_id": other.id}, {"scope": "all"}):
         assert scoped.post("/cache/invalidate", data={**data, "csrf_token": token}).status_code == 403
     assert _found(*e_other) and _audits() == []
+
+
+def test_cache_page_shows_the_verified_cache_per_tenant_and_workflow(app, redis_client):
+    """Hit rate from the ledger, hits by how they were judged, the measured error of the
+    checked candidates with its interval, the bound and evictions (Redis counters)."""
+    from app.contract.cache.quality import CacheQuality
+    from app.ledger.models import LedgerEntry
+    tenant = TenantFactory()
+    db.session.commit()
+    for i, cache in enumerate(["miss", "miss", "exact", "semantic"]):
+        db.session.add(LedgerEntry(request_id=f"q22-{tenant.id}-{i}", tenant_id=tenant.id,
+                                   workflow="wf22", tier="t", model="m", status=200,
+                                   cache=cache, cost_usd=0, baseline_cost_usd=0))
+    db.session.commit()
+    q = CacheQuality(redis_client, app.config["REDIS_NAMESPACE"])
+    for agreed in (True, True, True, False):
+        q.observe(tenant.id, "wf22", 0.91, agreed, "check")
+    q.count(tenant.id, "wf22", "hits_verified")
+    q.count(tenant.id, "wf22", "hits_exact")
+    q.count(tenant.id, "wf22", "evicted")
+    client = browser(app)
+    login(client, UserFactory(role="admin").email)
+    html = client.get("/cache/").get_data(as_text=True)
+    row = html[html.index(tenant.name):]
+    row = row[:row.index("</tr>")]
+    assert "wf22" in row and "50.0%" in row          # 2 hits of 4 requests
+    assert "25.00%" in row                            # 1 of 4 checked disagreed
+    assert "0.10%" in row                             # the default bound
+    assert ">1</td>" in row                           # evictions, verifier hits
