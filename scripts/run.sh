@@ -92,7 +92,11 @@ started=1
 .venv/bin/flask --app wsgi sluice stop-engines
 .venv/bin/flask --app wsgi sluice init --pool-port "$POOL_PORT" \
   --frontier-url "http://127.0.0.1:$FRONTIER_PORT/v1"
-log="$VAR/log/worker.log" start .venv/bin/celery -A workers.celery_app worker -B \
+# under a respawn loop (one process group with it): a Celery worker exits for good when its
+# Redis broker restarts ("Unrecoverable error", kombu), and without a worker the ledger is
+# not drained and no engine is supervised
+log="$VAR/log/worker.log" start bash -c 'while :; do "$@"; echo "run: worker exited ($?), restarting in 2 s"; sleep 2; done' \
+  worker .venv/bin/celery -A workers.celery_app worker -B \
   --schedule "$VAR/celerybeat-schedule" -Q "default,pool.${SLUICE_NODE:-local}" \
   --concurrency 2 --loglevel INFO
 worker_pid=$last_pid
