@@ -28,17 +28,17 @@ def _flask(url: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.parametrize("url,says", [
-    ("postgresql://nohost.invalid/x", "cannot reach the database at postgresql://nohost.invalid/x"),
-    (f"postgresql://sluice:hunter2@127.0.0.1:{_closed_port()}/x",
+@pytest.mark.parametrize("url,args,says", [
+    ("postgresql://nohost.invalid/x", ("sluice", "stop-engines"),
+     "cannot reach the database at postgresql://nohost.invalid/x"),
+    (f"postgresql://sluice:hunter2@127.0.0.1:{_closed_port()}/x", ("db", "upgrade"),
      "cannot reach the database at postgresql://sluice:***@127.0.0.1:"),
-    ("not a url", "SLUICE_DATABASE_URL 'not a url' is not usable"),
-    ("nosuchdb://x/y", "SLUICE_DATABASE_URL 'nosuchdb://x/y' is not usable"),
+    ("not a url", ("sluice", "stop-engines"), "SLUICE_DATABASE_URL 'not a url' is not usable"),
+    ("nosuchdb://x/y", ("db", "upgrade"), "SLUICE_DATABASE_URL 'nosuchdb://x/y' is not usable"),
 ])
-def test_a_bad_database_url_is_one_clear_line(url, says):
-    for args in (("sluice", "stop-engines"), ("db", "upgrade")):
-        out = _flask(url, *args)
-        print(args, out.stderr.strip())
-        assert out.returncode == 1, (args, out.stderr[-800:])
-        assert says in out.stderr and "Error: " in out.stderr, out.stderr[-800:]
-        assert "Traceback" not in out.stderr and "hunter2" not in out.stderr + out.stdout
+def test_a_bad_database_url_is_one_clear_line(url, args, says):
+    out = _flask(url, *args)
+    print(args, out.stderr.strip())
+    assert out.returncode == 1, (args, out.stderr[-800:])
+    assert says in out.stderr and "Error: " in out.stderr, out.stderr[-800:]
+    assert "Traceback" not in out.stderr and "hunter2" not in out.stderr + out.stdout
