@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import random
 import threading
 from collections import deque
 from typing import Any
@@ -299,9 +298,6 @@ async def run(ctx: RequestContext) -> str:
     ctx.cached_response = _served(hit.response, ctx.request_id)
     ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
                                   "similarity": round(hit.similarity, 5), "how": hit.how}
-    if hit.how == "verified" and random.random() * 100.0 < float(
-            ctx.policy.get("cache_verify_sample_pct") or 0.0):
-        ctx.telemetry["cache_hit"]["sampled"] = True  # generated again off the path
     await ctx.services.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
     if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
         return "RESPOND"
