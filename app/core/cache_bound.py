@@ -4,9 +4,9 @@ A reworded question the verifier (``app.core.cache_verify``) judges the same as 
 is served only at or above the tenant's *line*, a cosine learned from evidence:
 
 - *observations*: (cosine, whether the answers agreed). They come for free from misses (a
-  candidate that was not served: the fresh answer is compared with the cached one); a
-  sampled share of served hits generated again upstream would add the same kind of
-  evidence (``Evidence.add``), but the gateway does not run such samples yet.
+  candidate that was not served: the fresh answer is compared with the cached one), and
+  from a sampled share of the hits the verifier would serve, answered upstream instead and
+  compared the same way.
 - the line is the lowest cosine ``t`` at which the observations at or above ``t``, pooled,
   hold the tenant's ``cache_error_bound`` at 95% confidence (Wilson upper bound); with too
   few observations anywhere, the verified path stays closed (the line is the fast line:

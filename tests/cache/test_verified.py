@@ -105,3 +105,10 @@ def test_no_synonym_group_holds_an_antonym_pair():
     for group in SYNONYMS:
         for a, b in ANTONYMS:
             assert not (a in group and b in group), (group, a, b)
+
+
+def test_a_sampled_verifier_hit_is_answered_upstream_and_noted(store):
+    notes: dict = {}
+    always = Verification(line=FLOOR, floor=FLOOR, sample=1.0)
+    assert put_and_probe(store, *REWORDED, always, notes=notes) is None
+    assert notes["candidate"]["request_id"] == "r-a" and notes["candidate"]["sampled"] is True

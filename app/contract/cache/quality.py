@@ -5,8 +5,8 @@
   (``n<i>``, ``w<i>``: ``app.core.cache_bound.Evidence``), from which its line is learned.
 - ``<ns>:cache:qs:<tenant>:<workflow>``  hash of counters per tenant and workflow (``-`` for
   none): hits by how they were judged (``hits_exact``, ``hits_fast``, ``hits_verified``),
-  ``sampled`` / ``sampled_wrong`` (hits generated again upstream: not run by the gateway
-  yet), ``checked`` /
+  ``sampled`` / ``sampled_wrong`` (verifier hits answered upstream instead, as a check),
+  ``checked`` /
   ``checked_wrong`` (misses whose fresh answer was compared with an unserved candidate),
   ``verified`` (entries that became verified), ``evicted`` (entries a disagreement
   evicted), ``verify_cost_usd_micros`` (what sampling cost), and the same ``n<i>``/``w<i>``

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import logging
 import os
 import struct
@@ -131,6 +132,9 @@ class Verification:
     line: float
     floor: float = 0.70
     verified_only: bool = True
+    # share of verifier-path hits answered upstream instead, as a check (``notes``
+    # ["candidate"]["sampled"]): the miss's fresh answer is compared like any candidate's
+    sample: float = 0.0
 
 
 @dataclass
@@ -342,12 +346,14 @@ class CacheStore:
             # an entry's own threshold: the line, or where it was itself seen to agree
             own = max(verification.floor, min(verification.line, float(meta.get("tau", 1.0))))
             verified = bool(meta.get("v")) or not verification.verified_only
-            if (fast or sim >= own) and verified:
+            sampled = not fast and verification.sample > 0 and random.random() < verification.sample
+            if (fast or sim >= own) and verified and not sampled:
                 out.append((row, sim, "fast" if fast else "verified"))
             elif notes is not None and "candidate" not in notes:
                 # judged the same, not served: the miss's fresh answer will tell
                 notes["candidate"] = {"request_id": copy.ids[row], "similarity": sim,
-                                      "x": meta["x"], "served_at": own, "fast": fast}
+                                      "x": meta["x"], "served_at": own, "fast": fast,
+                                      "sampled": sampled and verified and sim >= own}
         return out
 
     def _fill_pending(self, bucket: str, copy: Any, pending: list[tuple[str, dict]]) -> None:

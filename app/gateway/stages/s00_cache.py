@@ -124,7 +124,8 @@ class GatewayCache:
                 return False  # gone meanwhile: nothing to learn
             exact = float(ctx.body.get("temperature") or 0.0) == 0.0
             agreed = answers_agree(entry["response"], response, exact=exact)
-            self.quality.observe(tenant, wf, sim, agreed, "check")
+            self.quality.observe(tenant, wf, sim, agreed,
+                                 "sample" if cand.get("sampled") else "check")
             if agreed:
                 if store.mark(rid, verified=True, agreed_at=sim):
                     self.quality.count(tenant, wf, "verified")
@@ -223,7 +224,8 @@ def _verification(ctx: RequestContext):
     line = ctx.services.cache.quality.line(ctx.tenant["id"], float(policy["cache_error_bound"]),
                                            floor, threshold)
     return Verification(line=line, floor=floor,
-                        verified_only=bool(policy["cache_verified_only"]))
+                        verified_only=bool(policy["cache_verified_only"]),
+                        sample=float(policy["cache_verify_sample_pct"]) / 100.0)
 
 
 def _semantic(ctx: RequestContext, store, key, exact: bool):
@@ -237,6 +239,8 @@ def _semantic(ctx: RequestContext, store, key, exact: bool):
     if hit is None and cand is not None:
         ctx.telemetry["cache_candidate"] = {"of_request": cand["request_id"],
                                             "similarity": round(cand["similarity"], 5)}
+        if cand.get("sampled"):  # a hit answered upstream instead: cache verification
+            ctx.telemetry["cache_candidate"]["sampled"] = True
     return hit
 
 
