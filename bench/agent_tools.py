@@ -9,14 +9,16 @@ tool result; turn i needs the task's i-th tool, the last turn answers in text. E
 is sent twice, to the same reference engine under two cache salts (day 2, below):
 
 - ``full``: all 50 tools, as the agent declares them;
-- ``retrieval``: the tools the gateway's policy sends (``app.core.tool_select`` with the
-  gateway's MiniLM vectors, ``app.gateway.tool_retrieval``): the most similar to the user
-  turns plus every tool called earlier, up to k, by name.
+- ``retrieval``: the tools the gateway's policy sends (``app.gateway.tool_retrieval.
+  select_for``, the gateway's MiniLM field vectors): the k (to k+2) best scored for the
+  user turns, their id lookups, and every tool called earlier, by name.
 
-Recall is measured on two days of the workflow: day 1 the tasks as written, with the
+Recall is measured on three days of the workflow: day 1 the tasks as written, with the
 workflow memory (tools called by past conversations that asked alike) empty at the start
 and learning as the tasks run; day 2 the same 40 kinds of task in other words, with other
-names and places (``PARAPHRASES``), on day 1's memory.
+names and places (``PARAPHRASES``), on day 1's memory; day 3 (``HELDOUT``) yet other
+words, written before the scoring was reworked and never used to choose it: the held-out
+figure, on day 1's memory and on an empty one.
 
 Per arm it prints prompt tokens per turn, tool-definition tokens per turn (SmolLM2
 tokenizer, counted as the ledger counts them), the engine's prefix-cache hit rate (its
@@ -37,6 +39,7 @@ import os
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from decimal import Decimal
 from pathlib import Path
 
@@ -78,23 +81,15 @@ def turns(task: tuple[str, list[str]]):
                       "content": json.dumps({"ok": True, "id": f"r{i}-{abs(hash(name)) % 997}"})}]
 
 
-def selection(tools, vectors, messages, k, memory):
-    """What the gateway's ``tool_retrieval.select`` sends (same functions, one workflow)."""
+def selection(tools, messages, k, memory):
+    """What the gateway's ``tool_retrieval.select`` sends (same function, one workflow)."""
     from app.contract.cache.embedding import embed
-    import numpy as np
 
-    from app.core.tool_select import (called_names, learned_tools, lexical_scores, query_text,
-                                      select_tools)
-    from app.gateway.tool_retrieval import LEARNED_MIN_SIMILARITY, LEXICAL_WEIGHT
+    from app.core.tool_select import query_text
+    from app.gateway.tool_retrieval import select_for
     query = query_text(messages)
-    qvec = embed(query)
-    sims = vectors @ qvec + LEXICAL_WEIGHT * np.asarray(lexical_scores(query, tools))
-    learned = learned_tools(qvec, memory.entries(("bench", "agent")),
-                            min_similarity=LEARNED_MIN_SIMILARITY)
-    co_called = memory.co_called(("bench", "agent"))
-    memory.learn(("bench", "agent"), query, qvec, called_names(messages))
-    return select_tools(tools, messages, "auto", k=k, pinned=[], similarity=list(sims),
-                        learned=learned, co_called=co_called)
+    return select_for(tools, messages, "auto", k=k, pinned=[], qvec=embed(query), query=query,
+                      key=("bench", "agent"), memory=memory)
 
 
 def cost(prices, prompt, cached, completion) -> Decimal:
@@ -132,30 +127,31 @@ def main() -> int:
     args = ap.parse_args()
 
     from app.contract.tokenizers import get_counter
-    from app.gateway.tool_retrieval import _tokens, tool_vectors
+    from app.gateway.tool_retrieval import _tokens, field_vectors
     counter = get_counter("smollm2")
     tools = make_tools()
     per_tool = {t["function"]["name"]: _tokens([t], counter) for t in tools}
     full_tokens = sum(per_tool.values())
     t0 = time.perf_counter()
-    vectors = tool_vectors(tools)
+    n_fields = sum(len(v) for v in field_vectors(tools))
     embed_s = time.perf_counter() - t0
     tasks = TASKS[:args.tasks]
     print(f"workload: {len(tools)} tools ({full_tokens} definition tokens, "
           f"{min(per_tool.values())}-{max(per_tool.values())} per tool, SmolLM2 tokenizer), "
           f"{len(tasks)} tasks, {sum(len(c) + 1 for _, c in tasks)} turns, k={args.k}")
-    print(f"tool vectors: {len(tools)} embedded in {embed_s * 1000:.0f} ms (once per process)")
+    print(f"tool vectors: {n_fields} fields of {len(tools)} tools embedded in "
+          f"{embed_s * 1000:.0f} ms (once per process)")
 
     from app.gateway.tool_retrieval import WorkflowMemory
     memories = [WorkflowMemory()]
     sel_ms = []
 
-    def replay(day: list) -> tuple[list, int, int, list]:
+    def replay(day: list, memory) -> tuple[list, int, int, list]:
         plan, need, hit, misses = [], 0, 0, []
         for ti, task in enumerate(day):
             for messages, needed, completion in turns(task):
                 t0 = time.perf_counter()
-                sel = selection(tools, vectors, messages, args.k, memories[-1])
+                sel = selection(tools, messages, args.k, memory)
                 sel_ms.append((time.perf_counter() - t0) * 1000)
                 if needed is not None:
                     need += 1
@@ -166,15 +162,32 @@ def main() -> int:
                 plan.append((ti, messages, sel, completion))
         return plan, need, hit, misses
 
-    from bench.data.agent_tools import PARAPHRASES
-    _, need1, hit1, misses1 = replay(tasks)
+    from bench.data.agent_tools import HELDOUT, PARAPHRASES
+
+    def copy(memory):
+        out = WorkflowMemory()
+        out.data = {key: OrderedDict(v) for key, v in memory.data.items()}
+        return out
+
+    _, need1, hit1, misses1 = replay(tasks, memories[-1])
+    day1_memory = copy(memories[-1])
     day2 = [(PARAPHRASES[i], calls) for i, (_, calls) in enumerate(tasks)]
-    plan, need, hit, misses = replay(day2)
+    day3 = [(HELDOUT[i], calls) for i, (_, calls) in enumerate(tasks)]
+    plan, need, hit, misses = replay(day2, memories[-1])
+    _, need3, hit3, misses3 = replay(day3, copy(day1_memory))
+    _, need3c, hit3c, misses3c = replay(day3, WorkflowMemory())
     print(f"\nretrieval recall, day 1 (the workflow's first {len(tasks)} tasks, memory "
           f"empty at the start, learning as they run): {hit1}/{need1} = "
           f"{100 * hit1 / need1:.1f}%")
     print(f"retrieval recall, day 2 (the same kinds of task in other words, other names and "
           f"places; memory of day 1): {hit}/{need} = {100 * hit / need:.1f}%")
+    print(f"retrieval recall, day 3 HELD OUT (written before the scoring was reworked, never "
+          f"used to choose it; memory of day 1): {hit3}/{need3} = {100 * hit3 / need3:.1f}%")
+    print(f"retrieval recall, day 3 HELD OUT, memory empty (no learning from the workflow): "
+          f"{hit3c}/{need3c} = {100 * hit3c / need3c:.1f}%")
+    for day, missed in (("day 1", misses1), ("day 3", misses3)):
+        for request, needed, sent in missed:
+            print(f"  {day} missed {needed} for {request!r}: sent {sent}")
     for request, needed, sent in misses:
         print(f"  day 2 missed {needed} for {request!r}: sent {sent}")
     reasons = {}
@@ -190,18 +203,21 @@ def main() -> int:
     sel_ms.sort()
     print(f"selection time per turn (query embedding + ranking): p50 "
           f"{sel_ms[len(sel_ms) // 2]:.1f} ms, p95 {sel_ms[int(len(sel_ms) * .95)]:.1f} ms")
-    print("\nk sweep (selection only, fresh memory per k: day 1 then day 2):")
-    for k in (2, 4, 6, 8, 12):
-        memories.append(WorkflowMemory())
+    print("\nk sweep (selection only, fresh memory per k: day 1, then days 2 and 3 on its "
+          "memory; tokens over days 2 and 3):")
+    for k in (2, 3, 4, 6, 8):
+        memory = WorkflowMemory()
         args_k = args.k
         args.k = k
-        _, n1, h1, _ = replay(tasks)
-        p2, n2, h2, _ = replay(day2)
+        _, n1, h1, _ = replay(tasks, memory)
+        p3, n3, h3, _ = replay(day3, copy(memory))
+        p2, n2, h2, _ = replay(day2, memory)
         args.k = args_k
         toks = sum(sum(per_tool[t["function"]["name"]] for t in sel.sent)
-                   for _, _, sel, _ in p2) / len(p2)
+                   for _, _, sel, _ in p2 + p3) / len(p2 + p3)
         print(f"  k={k:<3} recall day 1 {100 * h1 / n1:5.1f}%  day 2 {100 * h2 / n2:5.1f}%  "
-              f"tool tokens per turn {toks:5.0f} ({100 * (1 - toks / full_tokens):.1f}% fewer)")
+              f"day 3 (held out) {100 * h3 / n3:5.1f}%  tool tokens per turn {toks:5.0f} "
+              f"({100 * (1 - toks / full_tokens):.1f}% fewer)")
     if args.no_engine:
         return 0
 

@@ -6,12 +6,21 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
 - every tool the request cannot do without: the one ``tool_choice`` names, every tool
   called earlier in the conversation, and the tenant's pinned tools (never dropped, even
   past ``k``);
-- then, up to ``k`` in all, the best scored: the cosine of the tool's embedding to the
-  conversation's user turns (the caller computes it), plus a share of ``lexical_scores``
+- then the best scored, at least ``k`` and up to ``k_max``: past ``k`` only those within
+  ``margin`` of the best (a request that matches several tools alike gets them all). The
+  score is the best cosine of the conversation's user turns to any one field of the tool
+  (its name, each sentence of its description the catalogue does not repeat, each
+  parameter; ``tool_fields``; the caller computes it), plus a share of ``lexical_scores``
   (the tool's name words in the request), plus, for a tool the workflow's past
   conversations that asked alike called (``learned_tools``: its recently called tools,
-  by what was asked), that conversation's cosine; and a bonus for the tools the
-  workflow's conversations called together with the best scored ones.
+  by what was asked), that conversation's cosine; a bonus for the tools the workflow's
+  conversations called together with the best scored ones, and for the tools that take
+  an id a tool already called returns (``prerequisites``, read backwards);
+- and the prerequisites of every tool sent: the lookup tool (``search_``/``find_``/
+  ``list_``) whose results a sent tool's id parameter takes (``read_email``'s
+  ``message_id`` is "Id returned by search_emails"; ``create_invoice``'s ``customer_id``
+  is a "CRM customer id", which ``search_customers`` finds), so a lookup-then-act task
+  has both halves on its first turn.
 
 They go out in canonical order (by name), so a conversation whose selection does not
 change sends byte-identical tool blocks turn after turn and the engine's prefix cache
@@ -30,7 +39,7 @@ QUERY_CHARS = 2000   # user text embedded as the query (latest turns kept)
 @dataclass(frozen=True)
 class Selection:
     sent: list[dict]                        # tools to send, canonical order
-    # name -> choice|called|pinned|learned|companion|similar
+    # name -> choice|called|pinned|learned|companion|similar|prerequisite
     reasons: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)        # names not sent
 
@@ -60,6 +69,75 @@ def tool_text(tool: Mapping[str, Any]) -> str:
             desc = spec.get("description") if isinstance(spec, Mapping) else None
             parts.append(f"{_words(str(key))}: {desc}" if desc else _words(str(key)))
     return ". ".join(p for p in parts if p)
+
+
+_SENTENCE = re.compile(r"(?<=[.;!?])\s+")
+
+
+def tool_fields(tools: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """Per tool, the texts embedded one by one (the tool scores its best field): its name
+    in words, each sentence of its description that fewer than three of the catalogue's
+    tools share (boilerplate like "use only when asked" says nothing about which tool),
+    and each parameter with its description."""
+    sentences = [[x.strip() for x in _SENTENCE.split(str(
+        ((t.get("function") or {}).get("description")) or "")) if x.strip()] for t in tools]
+    seen: dict[str, int] = {}
+    for sents in sentences:
+        for x in set(sents):
+            seen[x] = seen.get(x, 0) + 1
+    out = []
+    for tool, sents in zip(tools, sentences):
+        fields = [_words(tool_name(tool))] + [x for x in sents if seen[x] < 3]
+        props = (((tool.get("function") or {}).get("parameters") or {}).get("properties")
+                 or {})
+        if isinstance(props, Mapping):
+            for key, spec in props.items():
+                desc = spec.get("description") if isinstance(spec, Mapping) else None
+                fields.append(f"{_words(str(key))}: {desc}" if desc else _words(str(key)))
+        out.append([f for f in fields if f])
+    return out
+
+
+LOOKUP_VERBS = {"search", "find", "list", "lookup"}
+_ID_PARAM = re.compile(r"(^|_)ids?$")
+
+
+def _plural_stem(word: str) -> str:
+    for suffix in ("ies", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[:-len(suffix)]
+    return word
+
+
+def prerequisites(tools: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Tool -> the lookup tools whose results its id parameters take: a parameter named
+    ``*_id``/``*_ids`` (or described as ids) whose description names another tool, or
+    else shares a word (singular) with a lookup tool's name (``search_customers`` for a
+    "CRM customer id", ``search_drive`` for "Drive file ids to attach")."""
+    names = [tool_name(t) for t in tools]
+    lookups = {}
+    for n in names:
+        words = _words(n).lower().split(" ")
+        if len(words) > 1 and words[0] in LOOKUP_VERBS:
+            lookups[n] = {_plural_stem(w) for w in words[1:]}
+    out: dict[str, list[str]] = {}
+    for tool, name in zip(tools, names):
+        props = (((tool.get("function") or {}).get("parameters") or {}).get("properties")
+                 or {})
+        if not isinstance(props, Mapping):
+            continue
+        found: list[str] = []
+        for key, spec in props.items():
+            desc = str(spec.get("description") or "") if isinstance(spec, Mapping) else ""
+            words = {_plural_stem(w) for w in _WORD.findall(f"{key} {desc}".lower())}
+            if not (_ID_PARAM.search(str(key)) or words & {"id", "ids"}):
+                continue
+            named = [n for n in names if n != name and n in desc]
+            found += named or [n for n, ws in lookups.items()
+                               if n != name and ws & (words - {"id", "ids"})]
+        if found:
+            out[name] = sorted(set(found))
+    return out
 
 
 def _text(content: Any) -> str:
@@ -152,23 +230,31 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  similarity: Sequence[float],
                  learned: Mapping[str, float] | None = None,
                  co_called: Mapping[str, Mapping[str, int]] | None = None,
-                 companion_weight: float = 0.2, companion_of: int = 2) -> Selection:
+                 companion_weight: float = 0.2, companion_of: int = 2,
+                 k_max: int | None = None, margin: float = 0.0,
+                 prerequisite: Mapping[str, Sequence[str]] | None = None,
+                 consumer_weight: float = 0.2) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
     to their score, so a strong direct match still competes with a weak neighbour.
     ``co_called``: tool -> tools called with it in the workflow's past conversations
     (``WorkflowMemory.co_called``); the companions of the ``companion_of`` best scored
-    tools get ``companion_weight`` more (a customer lookup before an invoice)."""
+    tools get ``companion_weight`` more (a customer lookup before an invoice). The ``k``
+    best scored go, then up to ``k_max`` (default ``k``) those within ``margin`` of the
+    best. ``prerequisite`` (``prerequisites``): the lookups of every tool sent go too,
+    and a tool whose lookup was called gets ``consumer_weight`` more."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
+    called = called_names(messages)
     must = [(choice_name(tool_choice), "choice")]
-    must += [(n, "called") for n in called_names(messages)]
+    must += [(n, "called") for n in called]
     must += [(n, "pinned") for n in pinned]
     for name, why in must:
         if name in names and name not in reasons:
             reasons[name] = why
     learned = learned or {}
+    prerequisite = prerequisite or {}
     score = [float(similarity[i]) + learned.get(names[i], 0.0) for i in range(len(tools))]
     boosted: set[str] = set()
     if co_called:
@@ -177,11 +263,23 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
             boosted.update(n for n in (co_called.get(names[i]) or {}) if n != names[i])
         score = [s + (companion_weight if names[i] in boosted else 0.0)
                  for i, s in enumerate(score)]
+    if prerequisite and called:
+        after = {n for n, pre in prerequisite.items() if set(pre) & set(called)}
+        score = [s + (consumer_weight if names[i] in after else 0.0)
+                 for i, s in enumerate(score)]
     ranked = sorted(range(len(tools)), key=lambda i: (-score[i], i))
+    k_max = max(k, k_max or k)
+    picked: list[str] = []
     for i in ranked:
-        if len(reasons) >= k:
+        if len(picked) >= k_max or (len(picked) >= k and score[i] < score[ranked[0]] - margin):
             break
-        reasons.setdefault(names[i], "learned" if names[i] in learned
-                           else "companion" if names[i] in boosted else "similar")
+        picked.append(names[i])
+    for name in picked:
+        reasons.setdefault(name, "learned" if name in learned
+                           else "companion" if name in boosted else "similar")
+    for name in list(reasons):
+        for pre in prerequisite.get(name) or ():
+            if pre in names:
+                reasons.setdefault(pre, "prerequisite")
     sent = sorted((t for t, n in zip(tools, names) if n in reasons), key=tool_name)
     return Selection(sent, reasons, [n for n in names if n not in reasons])

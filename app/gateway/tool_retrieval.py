@@ -18,8 +18,8 @@ from typing import Any
 
 import orjson
 
-from app.core.tool_select import Selection, parse_pinned, query_text, select_tools, tool_name, \
-    tool_text
+from app.core.tool_select import Selection, parse_pinned, prerequisites, query_text, \
+    select_tools, tool_fields, tool_name
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
 
@@ -64,20 +64,29 @@ def _applies(ctx: RequestContext, body: dict) -> bool:
     return not only or ctx.workflow_name in only or ctx.workflow_signature in only
 
 
-def tool_vectors(tools: list[dict]):
-    """Unit vectors of the tools' texts (remembered per tool)."""
+def field_vectors(tools: list[dict]) -> list:
+    """Per tool, the unit vectors of its fields (``tool_fields``), remembered per text."""
     import numpy as np
 
     from app.contract.cache.embedding import embed_many
-    keys = [_digest(t) for t in tools]
-    found = [_vectors.get(k) for k in keys]
-    missing = [i for i, v in enumerate(found) if v is None]
+    fields = tool_fields(tools)
+    texts = sorted({f for fs in fields for f in fs})
+    found = {t: _vectors.get(("field", t)) for t in texts}
+    missing = [t for t, v in found.items() if v is None]
     if missing:
-        fresh = embed_many([tool_text(tools[i]) for i in missing])
-        for i, vec in zip(missing, fresh):
-            found[i] = vec
-            _vectors.put(keys[i], vec)
-    return np.stack(found)
+        for text, vec in zip(missing, embed_many(missing)):
+            found[text] = vec
+            _vectors.put(("field", text), vec)
+    return [np.stack([found[f] for f in fs]) for fs in fields]
+
+
+def similarity(tools: list[dict], query: str, qvec) -> list[float]:
+    """Per tool: the best cosine of the query to one of its fields, plus
+    ``LEXICAL_WEIGHT`` times its name words in the query (``lexical_scores``)."""
+    from app.core.tool_select import lexical_scores
+    lexical = lexical_scores(query, tools)
+    return [float((vecs @ qvec).max()) + LEXICAL_WEIGHT * lex
+            for vecs, lex in zip(field_vectors(tools), lexical)]
 
 
 class WorkflowMemory:
@@ -119,32 +128,41 @@ class WorkflowMemory:
 MEMORY = WorkflowMemory()
 LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
 LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
+# past the policy's k, up to K_EXTRA more tools scored within MARGIN of the best (chosen on
+# the bench's day-1 tasks; day 3 is held out: bench/results/agent_tools.txt)
+K_EXTRA, MARGIN = 2, 0.1
+
+
+def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
+               pinned: list[str], qvec, query: str, key: tuple,
+               memory: WorkflowMemory) -> Selection:
+    """The selection for a conversation whose user turns ``query`` embed as ``qvec``,
+    learning from it into ``memory`` under ``key`` (the gateway's and the bench's)."""
+    from app.core.tool_select import called_names, learned_tools
+    sims = similarity(tools, query, qvec)
+    learned = learned_tools(qvec, memory.entries(key), min_similarity=LEARNED_MIN_SIMILARITY)
+    co_called = memory.co_called(key)
+    memory.learn(key, query, qvec, called_names(messages))
+    return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
+                        learned=learned, co_called=co_called, k_max=k + K_EXTRA,
+                        margin=MARGIN, prerequisite=prerequisites(tools))
 
 
 def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
-    import numpy as np
-
-    from app.core.tool_select import called_names, learned_tools, lexical_scores
     tools, messages = body["tools"], body.get("messages") or []
+    k = int(ctx.policy["tool_retrieval_k"])
+    pinned = parse_pinned(ctx.policy.get("tool_retrieval_pinned") or "")
     query = query_text(messages)
-    learned: list[str] = []
-    if query.strip():
-        qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
-        sims = tool_vectors(tools) @ qvec + LEXICAL_WEIGHT * np.asarray(
-            lexical_scores(query, tools))
-        key = ((ctx.tenant or {}).get("id"), ctx.workflow_signature)
-        learned = learned_tools(qvec, memory.entries(key),
-                                min_similarity=LEARNED_MIN_SIMILARITY)
-        co_called = memory.co_called(key)
-        memory.learn(key, query, qvec, called_names(messages))
-    else:
-        sims, co_called = [0.0] * len(tools), {}
-    return select_tools(tools, messages, body.get("tool_choice"),
-                        k=int(ctx.policy["tool_retrieval_k"]),
-                        pinned=parse_pinned(ctx.policy.get("tool_retrieval_pinned") or ""),
-                        similarity=[float(s) for s in sims], learned=learned,
-                        co_called=co_called)
+    if not query.strip():
+        return select_tools(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
+                            similarity=[0.0] * len(tools),
+                            prerequisite=prerequisites(tools))
+    qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
+    return select_for(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
+                      qvec=qvec, query=query,
+                      key=((ctx.tenant or {}).get("id"), ctx.workflow_signature),
+                      memory=memory)
 
 
 def choose(ctx: RequestContext) -> dict:

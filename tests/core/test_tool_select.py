@@ -17,11 +17,12 @@ CALLED = [{"role": "user", "content": "x"},
           {"role": "tool", "tool_call_id": "1", "content": "ok"}]
 
 
-def test_choice_called_and_pinned_are_kept_past_k_then_the_most_similar_by_name():
+def test_choice_called_and_pinned_are_kept_then_the_k_most_similar_by_name():
     sel = select_tools(TOOLS, CALLED, {"type": "function", "function": {"name": "zeta"}},
-                       k=2, pinned=["beta"], similarity=[0, 0.1, 0.9, 0, 0])
-    assert [t["function"]["name"] for t in sel.sent] == ["beta", "gamma", "zeta"]
-    assert sel.reasons == {"zeta": "choice", "gamma": "called", "beta": "pinned"}
+                       k=1, pinned=["beta"], similarity=[0, 0.1, 0.9, 0, 0])
+    assert [t["function"]["name"] for t in sel.sent] == ["beta", "gamma", "mid", "zeta"]
+    assert sel.reasons == {"zeta": "choice", "gamma": "called", "beta": "pinned",
+                           "mid": "similar"}
     sel = select_tools(TOOLS, [], "auto", k=3, pinned=[], similarity=[0, 0.1, 0.9, 0.5, 0])
     assert [t["function"]["name"] for t in sel.sent] == ["alpha", "beta", "mid"]
     assert sel.dropped == ["zeta", "gamma"]
@@ -49,3 +50,56 @@ def test_companions_of_the_best_scored_tools_get_a_bonus():
     sel = select_tools(TOOLS, [], "auto", k=2, pinned=[], similarity=[0.1, 0.15, 0.9, 0.1, 0.2],
                        co_called=co, companion_weight=0.2, companion_of=1)
     assert sel.reasons == {"mid": "similar", "zeta": "companion"}   # 0.1 + 0.2 > 0.2
+
+
+def test_past_k_up_to_k_max_the_tools_within_the_margin_of_the_best():
+    sims = [0.1, 0.55, 0.6, 0.52, 0.3]   # zeta alpha mid beta gamma
+    sel = select_tools(TOOLS, [], "auto", k=1, pinned=[], similarity=sims, k_max=3,
+                       margin=0.1)
+    assert sel.names == {"mid", "alpha", "beta"}
+    sel = select_tools(TOOLS, [], "auto", k=1, pinned=[], similarity=sims, k_max=2,
+                       margin=0.1)
+    assert sel.names == {"mid", "alpha"}
+    sel = select_tools(TOOLS, [], "auto", k=1, pinned=[], similarity=sims, k_max=3,
+                       margin=0.04)
+    assert sel.names == {"mid"}
+
+
+CATALOGUE = [{"type": "function", "function": {
+    "name": name, "description": desc + " Use only when the user asks for it.",
+    "parameters": {"type": "object", "properties": {
+        p: {"type": "string", "description": d} for p, d in params.items()}}}}
+    for name, desc, params in [
+        ("search_customers", "Find CRM customers by name.", {"query": "Name words"}),
+        ("create_invoice", "Bill a customer.", {"customer_id": "CRM customer id"}),
+        ("search_emails", "Search the mailbox.", {"query": "Words"}),
+        ("read_email", "One message.", {"message_id": "Id returned by search_emails"}),
+        ("send_email", "Send mail.", {"attachments": "Drive file ids to attach"}),
+        ("search_drive", "Find files in the drive.", {"query": "Words"}),
+        ("get_weather", "Weather in a city.", {"city": "City name"})]]
+
+
+def test_prerequisites_are_the_lookups_whose_ids_a_tool_takes():
+    from app.core.tool_select import prerequisites, tool_fields
+    assert prerequisites(CATALOGUE) == {"create_invoice": ["search_customers"],
+                                        "read_email": ["search_emails"],
+                                        "send_email": ["search_drive"]}
+    # the sentence every tool repeats is not a field; name, own sentences, parameters are
+    assert tool_fields(CATALOGUE)[1] == ["create invoice", "Bill a customer.",
+                                         "customer id: CRM customer id"]
+
+
+def test_a_sent_tool_brings_its_lookup_and_a_called_lookup_lifts_its_consumers():
+    from app.core.tool_select import prerequisites
+    pre = prerequisites(CATALOGUE)
+    sims = [0.1, 0.6, 0.1, 0.1, 0.1, 0.1, 0.3]
+    sel = select_tools(CATALOGUE, [], "auto", k=1, pinned=[], similarity=sims,
+                       prerequisite=pre)
+    assert sel.reasons == {"create_invoice": "similar", "search_customers": "prerequisite"}
+    looked = [{"role": "user", "content": "x"},
+              {"role": "assistant", "content": None, "tool_calls": [{"id": "1",
+               "type": "function", "function": {"name": "search_emails", "arguments": "{}"}}]}]
+    sims = [0.1, 0.1, 0.1, 0.2, 0.1, 0.1, 0.3]   # read_email 0.2 + 0.2 passes get_weather
+    sel = select_tools(CATALOGUE, looked, "auto", k=1, pinned=[], similarity=sims,
+                       prerequisite=pre, consumer_weight=0.2)
+    assert sel.reasons == {"search_emails": "called", "read_email": "similar"}

@@ -46,9 +46,13 @@ def test_only_relevant_tools_go_up_in_canonical_order_and_the_ledger_books_the_s
     client.chat.completions.create(model="tier-1", messages=[*earlier, ask], tools=TOOLS,
                                    temperature=0)
     sent = _sent(fake_replicas[0])
-    # called earlier and pinned are never dropped; the weather tool is the similar one
+    # called earlier and pinned are never dropped; the weather tool is the similar one;
+    # the 3 best scored (at most K_EXTRA more within the margin), none of the unrelated
+    from app.gateway.tool_retrieval import K_EXTRA
     assert {"get_stock_price", "calculate", "get_weather"} <= set(sent)
-    assert len(sent) == 3 and sent == sorted(sent)
+    assert 3 <= len(set(sent) - {"get_stock_price", "calculate"}) <= 3 + K_EXTRA
+    assert not {"play_music", "find_recipe", "translate_text"} & set(sent)
+    assert sent == sorted(sent)
     # the tool named in tool_choice is kept too, past k
     client.chat.completions.create(
         model="tier-1", messages=[*earlier, ask], tools=list(reversed(TOOLS)), temperature=0,
@@ -58,7 +62,7 @@ def test_only_relevant_tools_go_up_in_canonical_order_and_the_ledger_books_the_s
     assert again == sorted(again)   # the client's order does not move the tool block
     rows = w.drain_rows(2)
     for row in rows:
-        assert row.tool_tokens > 0 and row.tool_tokens_saved > 2 * row.tool_tokens
+        assert row.tool_tokens > 0 and row.tool_tokens_saved > row.tool_tokens
         assert row.tool_retries == 0
         tools = row.payload["pipeline"]["tools"]
         assert tools["offered"] == 12 and tools["reasons"]["calculate"] == "pinned"
