@@ -26,6 +26,12 @@ gateway sent ``temperature: 0`` requests that each differ (all cache misses):
   (micro-batched across concurrent requests) against a bucket that grows by every answer.
 
 ``SLUICE_EMBEDDING_BATCH_MAX=1`` in the environment turns the micro-batcher off, to compare.
+
+``--s03`` adds two rows where S03 chooses among 4 replicas of a pool (all served by the same
+fast upstream) for a ~600-token prompt: ``s03-sluice`` (today's rendezvous with bounded
+load) and ``s03-kv`` (``replica_choice: kv_events``: the prompt is templated and tokenized
+with SmolLM2's tokenizer, hashed into blocks and matched against the KV-block index in
+Redis, which the bench keeps fresh and in which one replica holds the prompt's blocks).
 """
 from __future__ import annotations
 
@@ -44,6 +50,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = "sk-sl-bench-" + hashlib.sha256(b"sluice-bench").hexdigest()[:40]
+# --s03: tenants 2 (replica_choice sluice) and 3 (kv_events) on a 4-replica pool tier
+S03_KEYS = {"s03": "sk-sl-bench-" + hashlib.sha256(b"sluice-bench-s03").hexdigest()[:40],
+            "s03kv": "sk-sl-bench-" + hashlib.sha256(b"sluice-bench-s03kv").hexdigest()[:40]}
+S03_MESSAGES = [
+    {"role": "system", "content": "You are the support assistant of a bench company. " * 30
+     + "Answer briefly and cite the ticket."},
+    {"role": "user", "content": "Ticket 5521: the invoice total is wrong, what do I do?"}]
+S03_BODY = json.dumps({"model": "tier-p", "messages": S03_MESSAGES, "max_tokens": 8}).encode()
 BODY = json.dumps({"model": "tier-1", "messages": [
     {"role": "system", "content": "You are a benchmark."},
     {"role": "user", "content": "Say hello."}], "max_tokens": 8}).encode()
@@ -77,9 +91,9 @@ async def upstream_app(scope, receive, send):
 
 # ---------------------------------------------------------------- load generator process
 
-def _request(host: str, port: str, path: str, body: bytes) -> bytes:
+def _request(host: str, port: str, path: str, body: bytes, key: str = KEY) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode() + body
 
 
@@ -162,7 +176,8 @@ async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float,
         def make_request() -> bytes:
             return _request(host, port, path, make_body(base + next(counter)))
     else:
-        fixed = _request(host, port, path, BODY)
+        fixed = (_request(host, port, path, S03_BODY, S03_KEYS[mode]) if mode in S03_KEYS
+                 else _request(host, port, path, BODY))
 
         def make_request() -> bytes:
             return fixed
@@ -224,12 +239,41 @@ def snapshot(upstream: str) -> dict:
     # cacheable miss (its answer is parsed) would also be captured as a LoRA trace, the
     # flywheel's cost rather than the cache's.
     frontier = {**tier, "id": 3, "name": "tier-3", "rank": 3, "model": "frontier"}
-    return {"version": 1, "tiers": [tier, frontier], "pools": {}, "workflows": {},
-            "tenants": {"1": {"id": 1, "name": "bench", "department": "bench",
-                              "status": "active", "policy": dict(DEFAULTS)}},
-            "keys": {hashlib.sha256(KEY.encode()).hexdigest():
-                     {"id": 1, "tenant_id": 1, "prefix": KEY[:12], "expires_at": None}},
+    # --s03: a pool tier of 4 replicas (the same upstream) and two tenants on it
+    pool_tier = {**tier, "id": 2, "name": "tier-p", "rank": 2, "upstream_kind": "pool",
+                 "pool_id": 7, "endpoint_url": ""}
+    pool = {"id": 7, "name": "bench-pool", "served_model_name": "bench", "engine": "reference",
+            "model": "smollm2", "replicas": [{"id": 70 + i, "name": f"r{i}", "url": upstream,
+                                              "state": "healthy", "weight": 1.0}
+                                             for i in range(4)]}
+    tenants = {"1": {"id": 1, "name": "bench", "department": "bench", "status": "active",
+                     "policy": dict(DEFAULTS)}}
+    keys = {hashlib.sha256(KEY.encode()).hexdigest():
+            {"id": 1, "tenant_id": 1, "prefix": KEY[:12], "expires_at": None}}
+    for tid, (mode, choice) in ((2, ("s03", "sluice")), (3, ("s03kv", "kv_events"))):
+        tenants[str(tid)] = {"id": tid, "name": mode, "department": "bench", "status": "active",
+                             "policy": {**DEFAULTS, "replica_choice": choice,
+                                        "cache_salt": False}}
+        keys[hashlib.sha256(S03_KEYS[mode].encode()).hexdigest()] = {
+            "id": tid, "tenant_id": tid, "prefix": S03_KEYS[mode][:12], "expires_at": None}
+    return {"version": 1, "tiers": [tier, pool_tier, frontier], "pools": {"7": pool},
+            "workflows": {}, "tenants": tenants, "keys": keys,
             "global_policy": dict(DEFAULTS)}
+
+
+def keep_kv_index_fresh(r, ns: str, stop) -> None:
+    """The subscriber's part for --s03: replica 70 holds the prompt's blocks, all four
+    replicas' index entries stay fresh."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    from app.contract.tokenizers import chat_tokenizer
+    from app.gateway.kv_route import PromptTokens, request_chain
+    keys = Keys(ns)
+    chain, _ = request_chain(PromptTokens(chat_tokenizer("smollm2")),
+                             {"messages": S03_MESSAGES}, "bench", "")
+    kv_index.apply_events(r, keys, 70, [("BlockStored", chain)], seq=0)
+    while not stop.wait(1.0):
+        kv_index.heartbeat(r, keys, [70, 71, 72, 73])
 
 
 def run_load(url: str, path: str, conc: int, seconds: float, warm: float,
@@ -304,6 +348,8 @@ def main() -> None:
                     help="also run each level open loop at this many req/s in total")
     ap.add_argument("--cacheable", action="store_true",
                     help="also time temperature-0 requests that pay S00 (all misses)")
+    ap.add_argument("--s03", action="store_true",
+                    help="also time S03's choice on a 4-replica pool: sluice vs kv_events")
     ap.add_argument("--litellm", default=os.environ.get("SLUICE_BENCH_LITELLM",
                                                         "/tmp/litellm-venv"))
     args = ap.parse_args()
@@ -348,6 +394,25 @@ def main() -> None:
                 wait_http(targets["sluice"][0] + "/v1/chat/completions", body=_shared_body(i))
                 if i and time.perf_counter() - t0 < 0.2:
                     break
+        if args.s03:
+            import threading
+            stop_index = threading.Event()
+            threading.Thread(target=keep_kv_index_fresh, args=(r, ns, stop_index),
+                             daemon=True).start()
+            targets["s03-kv"] = targets["sluice"]
+            targets["s03-sluice"] = targets["sluice"]
+            # the gateway loads SmolLM2's tokenizer on its first kv_events request: wait
+            # until one is served in routing time, not loading time
+            host, port = targets["sluice"][0].split("//")[1].split(":")
+            for _ in range(300):
+                t0 = time.perf_counter()
+                with socket.create_connection((host, int(port))) as conn:
+                    conn.sendall(_request(host, port, "/v1/chat/completions", S03_BODY,
+                                          S03_KEYS["s03kv"]))
+                    conn.recv(65536)
+                if time.perf_counter() - t0 < 0.05:
+                    break
+                time.sleep(0.2)
         # the gateway's start-up warm-ups (grammar compiler) run in threads: let them finish,
         # so the first rows do not share the CPU with them
         for _ in range(60):
@@ -383,8 +448,10 @@ def main() -> None:
                             "'litellm[proxy]')")
         # CPU the proxy itself burns per request: a figure other load on the box cannot skew
         owners = {"direct": procs[0].pid, "sluice": procs[1].pid,
-                  "sluice+s00": procs[1].pid, "s00-shared": procs[1].pid}
-        modes = {"sluice+s00": "nonce", "s00-shared": "shared"}
+                  "sluice+s00": procs[1].pid, "s00-shared": procs[1].pid,
+                  "s03-sluice": procs[1].pid, "s03-kv": procs[1].pid}
+        modes = {"sluice+s00": "nonce", "s00-shared": "shared", "s03-sluice": "s03",
+                 "s03-kv": "s03kv"}
         if "litellm" in targets:
             owners["litellm"] = procs[2].pid
         def measure(rate: float) -> dict[int, dict[str, dict]]:

@@ -1,6 +1,11 @@
 """Prefix-cache hit rate on real reference-engine replicas behind the real gateway: the
 tenant policy's ``replica_choice: round_robin`` against ``sluice`` (S03's rendezvous
-hashing with bounded load, ``app.core.rendezvous.sluice_choice``).
+hashing with bounded load, ``app.core.rendezvous.sluice_choice``) and ``kv_events`` (the
+engines publish their KV events, a subscriber keeps the Redis index as the node worker
+does, S03 matches the prompt's blocks, ``app.core.kv_routing.kv_choice``).
+
+``--no-session-header``: clients that do not name their conversations (no
+``X-Sluice-Session``), as most OpenAI clients do not.
 
     .venv/bin/python bench/prefix_routing.py [--model smollm2|tiny|PATH] [--replicas 4]
         [--sessions 16] [--turns 5] [--singles 8] [--teams 4] [--context-words 60]
@@ -19,6 +24,7 @@ replicas' own ``/metrics`` counters (``vllm:prefix_cache_hits`` /
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import socket
@@ -36,9 +42,9 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.replica_routing.live import make_sessions, reply_text, scrape, system_prompt  # noqa: E402
+from app.replica_routing.live import make_sessions, scrape, system_prompt  # noqa: E402
 
-ARMS = ("round_robin", "sluice")
+ARMS = ("round_robin", "sluice", "kv_events")
 
 
 def _free_port() -> int:
@@ -80,12 +86,42 @@ class Proc:
         self.log.close()
 
 
-def start_engine(model: str, kv_tokens: int, env: dict, log_dir: Path, i: int) -> tuple[Proc, str]:
+def start_engine(model: str, kv_tokens: int, env: dict, log_dir: Path, i: int,
+                 events: dict | None = None) -> tuple[Proc, str]:
     port = _free_port()
+    extra = ["--kv-events-config", json.dumps(events)] if events else []
     proc = Proc([sys.executable, "-m", "app.engine", "--model", model, "--served-model-name",
                  "bench", "--port", str(port), "--threads", "1",
-                 "--max-prefix-tokens", str(kv_tokens)], env, log_dir / f"engine-{i}-{port}.log")
+                 "--max-prefix-tokens", str(kv_tokens), *extra], env,
+                log_dir / f"engine-{i}-{port}.log")
     return proc, f"http://127.0.0.1:{port}"
+
+
+def kv_config(i: int) -> dict:
+    pub, replay = _free_port(), _free_port()
+    return {"enable_kv_cache_events": True, "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{pub}", "replay_endpoint": f"tcp://127.0.0.1:{replay}",
+            "topic": f"kv@bench-{i}"}
+
+
+def stream_chat(client: httpx.Client, url: str, body: dict, headers: dict) -> tuple[int, str, float]:
+    """(status, reply text, seconds to the first content byte) of a streamed request."""
+    t0 = time.perf_counter()
+    ttft, parts = None, []
+    with client.stream("POST", url, json={**body, "stream": True}, headers=headers) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return resp.status_code, resp.text[:120], time.perf_counter() - t0
+        for line in resp.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            for choice in chunk.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    ttft = ttft if ttft is not None else time.perf_counter() - t0
+                    parts.append(text)
+    return 200, "".join(parts), ttft if ttft is not None else time.perf_counter() - t0
 
 
 class ControlPlane:
@@ -99,6 +135,7 @@ class ControlPlane:
         from app.policies.models import Policy
         from app.security import KEY_PREFIX, new_token
         from app.tenants.models import ApiKey, Tenant
+        self.ns = ns
         self.app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp / 'bench.db'}",
                                "REDIS_URL": redis_url, "REDIS_NAMESPACE": ns,
                                "QDRANT_PATH": str(tmp / "qdrant"), "SECRET_KEY": "bench"},
@@ -141,6 +178,9 @@ class ControlPlane:
         db.session.expire_all()
         return publish()
 
+    def replicas(self) -> list:
+        return sorted(self.pool.replicas, key=lambda r: r.index)
+
     def close(self) -> None:
         from app.extensions import db
         db.session.remove()
@@ -170,14 +210,37 @@ def body_for(item: dict, rng: random.Random, args) -> dict:
 
 
 def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: Path) -> dict:
-    started = [start_engine(args.model, args.kv_tokens, env, log_dir, i)
+    events = [kv_config(i) if arm == "kv_events" else None for i in range(args.replicas)]
+    started = [start_engine(args.model, args.kv_tokens, env, log_dir, i, events[i])
                for i in range(args.replicas)]
     procs, urls = [p for p, _ in started], [u for _, u in started]
+    sub = stop = thread = None
     try:
         for p, u in started:
             _wait(lambda: (p.check(), httpx.get(u + "/health", timeout=2).status_code)[1]
                   == 200, 300, f"engine {u}")
         version = cp.arm(arm, urls)
+        if arm == "kv_events":
+            # the node worker's subscriber (workers.pools.kv_subscriber), in a thread here
+            import threading
+
+            import redis
+
+            from app.contract.keys import Keys
+            from workers.pools.kv_subscriber import KVSubscriber
+            sub = KVSubscriber(redis.Redis.from_url(args.redis), Keys(cp.ns))
+            reps = [{"id": r.id, "endpoint": e["endpoint"], "replay": e["replay_endpoint"],
+                     "topic": e["topic"]} for r, e in zip(cp.replicas(), events)]
+            stop = threading.Event()
+            thread = threading.Thread(target=sub.run, args=(stop, lambda: reps), daemon=True)
+            thread.start()
+            # the gateway loads the pool model's tokenizer on its first kv_events request
+            # (falling back to rendezvous meanwhile): one unrelated request, then a pause
+            httpx.post(gateway + "/v1/chat/completions", timeout=120,
+                       headers={"authorization": f"Bearer {cp.key}"},
+                       json={"model": "tier-1", "max_tokens": 1,
+                             "messages": [{"role": "user", "content": "warm up"}]})
+            time.sleep(args.tokenizer_wait)
         _wait(lambda: (httpx.get(gateway + "/healthz", timeout=2).json()
                        .get("snapshot_version") or 0) >= version, 30, "gateway snapshot")
         rng = random.Random(args.seed + 1)
@@ -186,17 +249,21 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
         with httpx.Client(timeout=600) as client:
             start = {u: scrape(client, u) for u in urls}
 
+            ttfts: list[float] = []
+
             def send(pair: tuple[dict, dict]) -> None:
                 item, body = pair
                 h = dict(headers)
-                if "session" in item:
+                if "session" in item and not args.no_session_header:
                     h["x-sluice-session"] = item["session"].session_id
-                resp = client.post(gateway + "/v1/chat/completions", json=body, headers=h)
-                if resp.status_code != 200:
-                    errors.append(f"{resp.status_code} {resp.text[:120]}")
+                status, text, ttft = stream_chat(client, gateway + "/v1/chat/completions",
+                                                 body, h)
+                if status != 200:
+                    errors.append(f"{status} {text}")
+                else:
+                    ttfts.append(ttft)
                 if "session" in item:
-                    item["session"].add_reply(reply_text(resp) if resp.status_code == 200
-                                              else "")
+                    item["session"].add_reply(text if status == 200 else "")
 
             rounds = build_rounds(args)
             t0 = time.perf_counter()
@@ -210,10 +277,18 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
              for u in urls]
         h = [end[u]["vllm:prefix_cache_hits"] - start[u]["vllm:prefix_cache_hits"]
              for u in urls]
+        import numpy as np
         return {"hit_rate": sum(h) / sum(q) if sum(q) else 0.0, "queried_tokens": sum(q),
                 "per_replica_queries": q, "requests": sum(len(r) for r in rounds),
-                "errors": errors, "seconds": elapsed}
+                "errors": errors, "seconds": elapsed,
+                "ttft_p50": float(np.percentile(ttfts, 50)) if ttfts else 0.0,
+                "ttft_p99": float(np.percentile(ttfts, 99)) if ttfts else 0.0,
+                "subscriber": dict(sub.stats) if sub else None}
     finally:
+        if stop is not None:
+            stop.set()
+            thread.join(10)
+            sub.close()
         for p in procs:
             p.stop()
 
@@ -233,6 +308,11 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="requests in flight at once")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-session-header", action="store_true",
+                   help="send no X-Sluice-Session (clients that do not name conversations)")
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--tokenizer-wait", type=float, default=25.0,
+                   help="seconds the kv_events arm gives the gateway to load its tokenizer")
     p.add_argument("--redis", default=os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     args = p.parse_args()
     import redis
@@ -260,7 +340,7 @@ def main() -> None:
         try:
             _wait(lambda: (gw.check(), httpx.get(gateway_url + "/healthz", timeout=2)
                            .status_code)[1] == 200, 120, "gateway")
-            for arm in ARMS:
+            for arm in args.arms.split(","):
                 results[arm] = run_arm(arm, args, cp, gateway_url, env, tmp)
         finally:
             gw.stop()
@@ -272,16 +352,22 @@ def main() -> None:
           f"flight; {args.sessions} sessions x {args.turns} turns (+{args.context_words} context"
           f" words each) + {args.singles} single-shot/round, {args.teams} team prompts; "
           f"policy replica_choice per arm; hit rate from the replicas' /metrics")
-    print(f"{'':22}{'round-robin':>14}{'sluice':>14}")
+    arms = list(results)
+    print(f"{'':22}" + "".join(f"{a.replace('_', '-'):>14}" for a in arms)
+          + ("   (no X-Sluice-Session)" if args.no_session_header else ""))
     rows = [("prefix hit rate", lambda x: f"{x['hit_rate']:.1%}"),
             ("queried tokens", lambda x: f"{x['queried_tokens']:,.0f}"),
             ("max/mean queries", lambda x: f"{max(x['per_replica_queries']) / (sum(x['per_replica_queries']) / len(x['per_replica_queries'])):.2f}"),
+            ("TTFT p50 ms", lambda x: f"{x['ttft_p50'] * 1000:,.0f}"),
+            ("TTFT p99 ms", lambda x: f"{x['ttft_p99'] * 1000:,.0f}"),
             ("requests", lambda x: str(x["requests"])),
             ("errors", lambda x: str(len(x["errors"]))),
             ("wall seconds", lambda x: f"{x['seconds']:.1f}")]
     for label, fmt in rows:
-        print(f"{label:<22}{fmt(results['round_robin']):>14}{fmt(results['sluice']):>14}")
-    for arm in ARMS:
+        print(f"{label:<22}" + "".join(f"{fmt(results[a]):>14}" for a in arms))
+    for arm in arms:
+        if results[arm].get("subscriber"):
+            print(f"{arm} subscriber: {results[arm]['subscriber']}")
         for e in results[arm]["errors"][:3]:
             print(f"{arm} error: {e}")
 

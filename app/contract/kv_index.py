@@ -100,72 +100,77 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
     pipe.execute()
 
 
-def _leading(flags: Sequence[Any]) -> int:
-    n = 0
-    for f in flags:
-        if not int(f):
-            break
-        n += 1
-    return n
+# One round trip, a few bytes back: per replica (state key, blocks key) in KEYS, the cutoff
+# time then the request's block ids in ARGV; returns per replica the number of leading
+# blocks it holds, or -1 when its subscriber has not been heard since the cutoff.
+_MATCH_LUA = """
+local out = {}
+local cutoff = tonumber(ARGV[1])
+for i = 1, #KEYS / 2 do
+  local seen = redis.call('HGET', KEYS[2 * i - 1], 'seen')
+  if not seen or tonumber(seen) < cutoff then
+    out[i] = -1
+  else
+    local c = 0
+    for j = 2, #ARGV do
+      if redis.call('SISMEMBER', KEYS[2 * i], ARGV[j]) == 1 then c = c + 1 else break end
+    end
+    out[i] = c
+  end
+end
+return out
+"""
+_scripts: dict[int, tuple[Any, Any]] = {}
 
 
-def _parse_matched(replica_ids, chain_len: int, replies: list, block_tokens: int,
-                   stale_s: float, now: float) -> dict | None:
-    matched: dict = {}
-    fresh = 0
-    for i, rid in enumerate(replica_ids):
-        seen, flags = replies[2 * i], replies[2 * i + 1]
-        if seen is None or now - float(seen) > stale_s:
-            continue
-        fresh += 1
-        n = _leading(flags) if chain_len else 0
-        if n:
-            matched[rid] = float(n * block_tokens)
-    return matched if fresh else None
+def _script(redis):
+    got = _scripts.get(id(redis))
+    if got is None or got[0] is not redis:
+        got = _scripts[id(redis)] = (redis, redis.register_script(_MATCH_LUA))
+    return got[1]
 
 
-def _queue_reads(pipe, keys: Keys, replica_ids, ids: list[bytes]) -> None:
+def _match_args(keys: Keys, replica_ids, chain, stale_s: float) -> tuple[list, list]:
+    names = []
     for rid in replica_ids:
-        pipe.hget(keys.replica_kv_state(rid), "seen")
-        if ids:
-            pipe.smismember(keys.replica_kv_blocks(rid), ids)
-        else:
-            pipe.exists(keys.replica_kv_blocks(rid))
+        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
+    return names, [time.time() - stale_s, *(block_id(h) for h in chain)]
+
+
+def _parse_matched(replica_ids, counts, block_tokens: int) -> dict | None:
+    matched = {rid: float(int(n) * block_tokens) for rid, n in zip(replica_ids, counts)
+               if int(n) > 0}
+    return matched if any(int(n) >= 0 for n in counts) else None
 
 
 def read_matched(redis, keys: Keys, replica_ids: Sequence[object], chain: Sequence[bytes],
                  block_tokens: int, *, stale_s: float = STALE_S) -> dict | None:
     """Matched leading prompt tokens per replica for a request's block-hash ``chain``;
     None when no replica's index is fresh (the caller falls back to rendezvous)."""
-    ids = [block_id(h) for h in chain]
-    pipe = redis.pipeline(transaction=False)
-    _queue_reads(pipe, keys, replica_ids, ids)
-    return _parse_matched(replica_ids, len(ids), pipe.execute(), block_tokens, stale_s,
-                          time.time())
+    names, args = _match_args(keys, replica_ids, chain, stale_s)
+    return _parse_matched(replica_ids, _script(redis)(keys=names, args=args), block_tokens)
 
 
 async def read_matched_async(redis, keys: Keys, replica_ids: Sequence[object],
                              chain: Sequence[bytes], block_tokens: int, *,
                              stale_s: float = STALE_S) -> dict | None:
     """``read_matched`` on an asyncio Redis client (the gateway's)."""
-    ids = [block_id(h) for h in chain]
-    pipe = redis.pipeline(transaction=False)
-    _queue_reads(pipe, keys, replica_ids, ids)
-    return _parse_matched(replica_ids, len(ids), await pipe.execute(), block_tokens, stale_s,
-                          time.time())
+    names, args = _match_args(keys, replica_ids, chain, stale_s)
+    counts = await _script(redis)(keys=names, args=args)
+    return _parse_matched(replica_ids, counts, block_tokens)
 
 
-async def count_routed(redis, keys: Keys, replica_id: object, matched: float,
-                       prompt: float) -> None:
-    """The gateway's tally of what the index promised for the requests it sent to a
-    replica: requests, matched prompt tokens, prompt tokens (the Routing page's share);
-    it lives as long as the replica's index entry does."""
+async def count_routed(redis, keys: Keys, tallies: Mapping[object, Sequence[int]]) -> None:
+    """The gateway's tally of what the index promised for the requests it sent: per replica
+    (requests, matched prompt tokens, prompt tokens), added to its state hash (the Routing
+    page's matched share); it lives as long as the replica's index entry does."""
     pipe = redis.pipeline(transaction=False)
-    state = keys.replica_kv_state(replica_id)
-    pipe.hincrby(state, "routed", 1)
-    pipe.hincrby(state, "routed_matched", int(matched))
-    pipe.hincrby(state, "routed_prompt", int(prompt))
-    pipe.expire(state, TTL_S)
+    for replica_id, (routed, matched, prompt) in tallies.items():
+        state = keys.replica_kv_state(replica_id)
+        pipe.hincrby(state, "routed", int(routed))
+        pipe.hincrby(state, "routed_matched", int(matched))
+        pipe.hincrby(state, "routed_prompt", int(prompt))
+        pipe.expire(state, TTL_S)
     await pipe.execute()
 
 

@@ -24,6 +24,7 @@ simulator (fed by simulated events), the gateway (Redis) and the tests share it.
 from __future__ import annotations
 
 import hashlib
+from array import array
 from typing import Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
@@ -41,14 +42,15 @@ POLICY_NAME = "kv_events"
 def block_hash_chain(namespace: str, tokens: Sequence[int], block_size: int) -> list[bytes]:
     """The reference engine's block hashes (``app.engine.prefix_cache`` stores under them and
     publishes them in ``BlockStored``): sha256 chained from sha256(namespace) over each full
-    block's token ids. ``namespace`` is ``engine_namespace(model or adapter, cache_salt)``,
+    block's token ids (parent digest + the ids as uint32 little-endian). ``namespace`` is ``engine_namespace(model or adapter, cache_salt)``,
     so a LoRA or a tenant's cache salt changes every hash of the chain."""
     out: list[bytes] = []
     prev = hashlib.sha256(namespace.encode()).digest()
-    for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hashlib.sha256(prev)
-        h.update(",".join(map(str, tokens[start:start + block_size])).encode())
-        prev = h.digest()
+    n = len(tokens) // block_size * block_size
+    buf = array("I", tokens[:n]).tobytes()          # uint32 little-endian per token id
+    step = block_size * 4
+    for start in range(0, n * 4, step):
+        prev = hashlib.sha256(prev + buf[start:start + step]).digest()
         out.append(prev)
     return out
 

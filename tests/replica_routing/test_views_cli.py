@@ -134,7 +134,7 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
 
     async def tally():
         r = aredis.Redis.from_url(app.config["REDIS_URL"])
-        await kv_index.count_routed(r, keys, fresh.id, 300, 400)
+        await kv_index.count_routed(r, keys, {fresh.id: (2, 300, 400)})
         await r.aclose()
     asyncio.run(tally())
     redis_client.hset(keys.replica_stats(fresh.id), "prefix_cache_hit_rate", "0.625")

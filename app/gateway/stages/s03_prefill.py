@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 
 from app.contract import kv_index
 from app.contract.inflight import read_loads_async
@@ -67,10 +68,10 @@ async def run(ctx: RequestContext) -> str:
         ctx.replica = sorted(reps, key=lambda r: str(r.get("id") or r["url"]))[turn % len(reps)]
         return "S04_DECODE"
     views, by_id = views_of(reps)
-    loads = await _loads(ctx, [v.id for v in views])
     if ctx.policy["replica_choice"] == "kv_events":
-        choice = await _kv_events(ctx, views, loads)
+        choice, loads = await _kv_events(ctx, views)
     else:
+        loads = await _loads(ctx, [v.id for v in views])
         choice = sluice_choice(routing_key(ctx), views, loads,
                                float(ctx.policy["bounded_load_factor"]))
     ctx.replica = by_id[choice.id]
@@ -78,10 +79,12 @@ async def run(ctx: RequestContext) -> str:
     return "S04_DECODE"
 
 
-async def _kv_events(ctx: RequestContext, views: list, loads: dict):
+async def _kv_events(ctx: RequestContext, views: list):
     """The kv_events policy: matched blocks from the engines' own events, else (tokenizer
-    still loading, index stale or unreachable) today's rendezvous, said in telemetry."""
-    matched, prompt = None, 0
+    still loading, index stale or unreachable) today's rendezvous, said in telemetry. The
+    loads and the index are read in two concurrent round trips. Returns (choice, loads)."""
+    ids = [v.id for v in views]
+    chain, prompt = None, 0
     pool = ctx.snapshot.pools.get(str(ctx.tier.get("pool_id")))
     tokens = kv_route.prompt_tokens(pool.model) if pool and ctx.services else None
     if tokens is not None:
@@ -93,9 +96,11 @@ async def _kv_events(ctx: RequestContext, views: list, loads: dict):
             chain, prompt = kv_route.request_chain(tokens, body, model, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
-            chain = None
-        if chain is not None:
-            matched = await kv_route.matched_tokens(ctx.services, [v.id for v in views], chain)
+    if chain is not None:
+        loads, matched = await asyncio.gather(_loads(ctx, ids),
+                                              kv_route.matched_tokens(ctx.services, ids, chain))
+    else:
+        loads, matched = await _loads(ctx, ids), None
     choice, how = kv_choice(routing_key(ctx), views, matched, loads,
                             float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt)
     ctx.telemetry["replica_choice"] = how
@@ -103,19 +108,32 @@ async def _kv_events(ctx: RequestContext, views: list, loads: dict):
         got = int(matched.get(choice.id, 0))
         ctx.telemetry["kv_matched_tokens"] = got
         ctx.telemetry["kv_prompt_tokens"] = prompt
-        task = asyncio.create_task(_count(ctx, choice.id, got, prompt))
-        _tallies.add(task)
-        task.add_done_callback(_tallies.discard)
-    return choice
+        _tally(ctx, choice.id, got, prompt)
+    return choice, loads
 
 
-_tallies: set = set()     # the tally writes in flight (kept so they are not collected)
+# Per-process tally of routed / matched / prompt tokens per replica, written to Redis at
+# most once a second (a write per request would cost as much as the choice itself).
+_pending: dict = {}
+_flush = {"at": 0.0, "task": None}
 
 
-async def _count(ctx: RequestContext, replica_id, matched: int, prompt: int) -> None:
+def _tally(ctx: RequestContext, replica_id, matched: int, prompt: int) -> None:
+    row = _pending.setdefault(replica_id, [0, 0, 0])
+    row[0] += 1
+    row[1] += matched
+    row[2] += prompt
+    now = time.monotonic()
+    if now - _flush["at"] >= 1.0 and (_flush["task"] is None or _flush["task"].done()):
+        batch = dict(_pending)
+        _pending.clear()
+        _flush["at"] = now
+        _flush["task"] = asyncio.create_task(_write_tally(ctx.services, batch))
+
+
+async def _write_tally(services, batch: dict) -> None:
     try:
-        await kv_index.count_routed(ctx.services.redis, ctx.services.keys, replica_id,
-                                    matched, prompt)
+        await kv_index.count_routed(services.redis, services.keys, batch)
     except Exception as exc:  # noqa: BLE001 - a tally is not worth a failed request
         log.debug("kv tally not written: %s", exc)
 
