@@ -267,9 +267,9 @@ PARAPHRASES = [
     "Look up online when the next Python release ships and remind me that morning.",
 ]
 
-# A third day, held out: the same 40 kinds of task in yet other words, written before the
-# scoring was reworked on day 1 (2026-12-04) and never used to choose a weight or a rule;
-# bench/agent_tools.py reports its recall as the held-out figure.
+# A third day: the same 40 kinds of task in yet other words, written before the scoring was
+# reworked (2026-12-04); held out from the first round of changes (chosen on day 1), seen by
+# the second (chosen on days 1-3), which HELDOUT_2 is held out from.
 HELDOUT = [
     "Should I pack a raincoat for Vancouver next Tuesday?",
     "Is it windy in Chicago right now?",
