@@ -170,7 +170,8 @@ async def run_window(stack: Stack, keys: dict[str, str], model: str, window: lis
 
 
 def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
-                   log=print, warmup_h: int = WARMUP_H) -> dict:
+                   log=print, warmup_h: int = WARMUP_H,
+                   checkpoint_h: int = CHECKPOINT_H) -> dict:
     policy, model = VARIANTS[name]
     tenants = {t.name: stack.make_tenant(f"{t.name}-{name}", t.department,
                                          {"frontier_first_hours": warmup_h, **policy})
@@ -184,18 +185,18 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
     warm = True
     t0 = time.perf_counter()
     end_h = traffic.MONTH_DAYS * 24
-    for start_h in range(0, end_h, CHECKPOINT_H):
+    for start_h in range(0, end_h, checkpoint_h):
         if warm and start_h >= warmup_h:
             stack.set_policy(ids, {"frontier_first_hours": 0})
             warm = False
-        lo, hi = start_h * 3600, (start_h + CHECKPOINT_H) * 3600
+        lo, hi = start_h * 3600, (start_h + checkpoint_h) * 3600
         window = [u for u in all_units if lo <= u[0]["at"] < hi]
         if window:
             asyncio.run(run_window(stack, keys, model, window, conc, sent))
         stack.drain()
         if not warm:
             trained += [t for t in stack.train_due_routers() if t.get("trained")]
-        if start_h % 120 == 0:
+        if start_h % (10 * checkpoint_h) == 0:
             log(f"  [{name}] day {start_h // 24:2d}: {len(sent)} sent, "
                 f"{time.perf_counter() - t0:.0f} s")
     wall = time.perf_counter() - t0
@@ -246,7 +247,7 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
     lines.append("repeat rates by category (exact, paraphrase of first turns): " + ", ".join(
         f"{c} {e:.0%}/{p:.0%}" for c, (e, p) in traffic.REPEATS.items()))
     lines.append(f"router thresholds scaled to the replay: {ROUTER_SCALED}; "
-                 f"checkpoint every {CHECKPOINT_H} month-hours; warm-up {args.warmup_h} h")
+                 f"checkpoint every {args.checkpoint_h} month-hours; warm-up {args.warmup_h} h")
     lines.append(f"frontier pass rate (rows tier-3 served, {frontier['source']}): "
                  f"{frontier['rate']:.2%} of {frontier['n']}")
     for r in results:
@@ -313,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the scratch database")
     ap.add_argument("--warmup-h", type=int, default=WARMUP_H,
                     help="month-hours of frontier-first warm-up (policy default 48)")
+    ap.add_argument("--checkpoint-h", type=int, default=CHECKPOINT_H,
+                    help="month-hours between the compressed clock's drain + router training")
     ap.add_argument("--engine-model", default="smollm2",
                     help="what the tier 1-2 engines serve (the test: a tiny random Llama)")
     ap.add_argument("--out", default="", help="also write the report here after each variant")
@@ -346,7 +349,8 @@ def run(args, *, keep_stack: bool = False) -> dict:
         results = []
         for name in args.variants.split(","):
             res = replay_variant(stack, month, name, args.conc,
-                                 log=lambda m: print(m, flush=True), warmup_h=args.warmup_h)
+                                 log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
+                                 checkpoint_h=args.checkpoint_h)
             res["headline"] = headline(res["tenant_ids"])
             results.append(res)
             print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "

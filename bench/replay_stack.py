@@ -135,6 +135,8 @@ class Stack:
         for i, (url, proc) in enumerate(zip(self.engine_urls, engines)):
             wait_http(url + "/health", 300, proc, self.tmp / f"engine-{i}.log")
         self.seed_catalog()
+        from app.snapshot.service import publish
+        publish()   # the gateway answers /healthz once it has a snapshot
         gw_port = _free_port()
         gunicorn = str(Path(py).with_name("gunicorn"))
         gw = self._spawn("gateway", [gunicorn, "-k", "uvicorn.workers.UvicornWorker", "-w", "1",

@@ -21,7 +21,7 @@ def replay(tmp_path_factory):
     model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
     args = argparse.Namespace(
         n=14, seed=3, variants="full", conc=4, t1_replicas=1, t2_replicas=1, screenshot="",
-        keep=False, warmup_h=24 * 12, out="", engine_model=str(model))
+        keep=False, warmup_h=24 * 12, checkpoint_h=72, out="", engine_model=str(model))
     result = bench.run(args, keep_stack=True)
     try:
         yield result
