@@ -129,15 +129,23 @@ def calibrate(seed: int, per_kind: int) -> tuple[float, dict]:
     from app.core.cache_verify import same_question
     from app.core.entities import profiles_compatible
     pairs = build(seed, per_kind)
-    va, vb = embed_many([p["a"] for p in pairs]), embed_many([p["b"] for p in pairs])
     ev = Evidence()
     floor = float(DEFAULTS["cache_verify_floor"])
     policy = dict(DEFAULTS)
-    for p, a, b in zip(pairs, va, vb):
+    judged = []   # pairs the verifier would consider (embedded only these: the rest never are)
+    for p in pairs:
         ka = build_key("c", policy, "auto", _body(p["a"]))
         kb = build_key("c", policy, "auto", _body(p["b"]))
+        if ka.composite != kb.composite or not kb.semantic:
+            continue
+        if same_question(kb.text, kb.profile, ka.text, ka.profile)[0] \
+                or profiles_compatible(ka.profile, kb.profile):
+            judged.append((p, ka, kb))
+    va = embed_many([ka.text for _, ka, _ in judged])
+    vb = embed_many([kb.text for _, _, kb in judged])
+    for (p, ka, kb), a, b in zip(judged, va, vb):
         sim = float(np.dot(a, b))
-        if ka.composite != kb.composite or not kb.semantic or sim < floor:
+        if sim < floor:
             continue
         if sim >= TH and profiles_compatible(ka.profile, kb.profile):
             continue  # the word-for-word path: not the verifier's evidence
@@ -176,7 +184,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", default=str(DEFAULT_PAIRS))
     ap.add_argument("--before-tree", default="")
-    ap.add_argument("--calibration", type=int, default=1200, help="calibration pairs per kind")
+    ap.add_argument("--calibration", type=int, default=1000, help="calibration pairs per kind")
     ap.add_argument("--calibration-seed", type=int, default=7171)
     ap.add_argument("--only", default="", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
@@ -189,13 +197,16 @@ def main() -> None:
         print(json.dumps(run_mode(args.only, pairs, va, vb, r)))
         return
     rows: list[tuple[str, dict]] = []
+    print("embedded; running rows", file=sys.stderr, flush=True)
     rows.append((f"static cosine >= {TH} (GPTCache-style)", run_mode("static", pairs, va, vb, r)))
     if args.before_tree:
         before = before_tree(args.before_tree, args.pairs)
         if before is not None:
             rows.append(("signature+threshold (before)", before))
     rows.append(("signature+threshold (now)", run_mode("signature", pairs, va, vb, r)))
+    print("calibrating", file=sys.stderr, flush=True)
     line, cal = calibrate(args.calibration_seed, args.calibration)
+    print(f"line {line}", file=sys.stderr, flush=True)
     rows.append((f"verified (line {line:.2f})", run_mode("verified", pairs, va, vb, r, line)))
     texts = [p["b"] for p in pairs[::13]][:200]
     embed(texts[0])
