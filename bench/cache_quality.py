@@ -186,6 +186,8 @@ def main() -> None:
     ap.add_argument("--before-tree", default="")
     ap.add_argument("--calibration", type=int, default=1000, help="calibration pairs per kind")
     ap.add_argument("--calibration-seed", type=int, default=7171)
+    ap.add_argument("--line", type=float, default=None,
+                    help="the tenant's line as given (skip calibration), e.g. the policy floor")
     ap.add_argument("--only", default="", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -205,7 +207,10 @@ def main() -> None:
             rows.append(("signature+threshold (before)", before))
     rows.append(("signature+threshold (now)", run_mode("signature", pairs, va, vb, r)))
     print("calibrating", file=sys.stderr, flush=True)
-    line, cal = calibrate(args.calibration_seed, args.calibration)
+    if args.line is not None:
+        line, cal = args.line, None
+    else:
+        line, cal = calibrate(args.calibration_seed, args.calibration)
     print(f"line {line}", file=sys.stderr, flush=True)
     rows.append((f"verified (line {line:.2f})", run_mode("verified", pairs, va, vb, r, line)))
     texts = [p["b"] for p in pairs[::13]][:200]
@@ -236,11 +241,15 @@ def main() -> None:
         print(f"{kind:<14} {str(same):>10} " + " ".join(f"{c:>22}" for c in cells))
     ver = rows[-1][1]
     print(f"\nverified row, hits by path: {ver['hows']}")
-    n, k, rate, lo, hi = cal["at_line"]
-    print(f"tenant line learned from {cal['pairs']} calibration pairs (seed {args.calibration_seed}): "
-          f"{cal['observations']} observations, {cal['wrong']} wrong; line {line:.2f}: "
-          f"{n} observations at or above it, {k} wrong, error {rate:.3%} "
-          f"(95% CI {lo:.3%} - {hi:.3%}), bound {cal['bound']:.3%}")
+    if cal is None:
+        print(f"tenant line given (--line {line:.2f}): no calibration run; a tenant whose "
+              f"evidence has opened the line down to it")
+    else:
+        n, k, rate, lo, hi = cal["at_line"]
+        print(f"tenant line learned from {cal['pairs']} calibration pairs (seed "
+              f"{args.calibration_seed}): {cal['observations']} observations, {cal['wrong']} "
+              f"wrong; line {line:.2f}: {n} observations at or above it, {k} wrong, error "
+              f"{rate:.3%} (95% CI {lo:.3%} - {hi:.3%}), bound {cal['bound']:.3%}")
     print(f"embedding one question (batcher off the path, this process): p50 "
           f"{pct(emb, 50):.2f} ms, p99 {pct(emb, 99):.2f} ms; a verified hit costs the "
           f"embedding plus the lookup: p50 ~ {pct(emb, 50) + ver['hit_p50']:.2f} ms")
