@@ -17,7 +17,8 @@ requests none of whose labels is known is bounded by 1. The routing's bound is
 the cheapest point whose bound is within ``max_regret`` and whose held-out relative quality
 reaches the quality target, among the points that send anything below the frontier (all
 traffic to the frontier needs no router). None, with the closest miss, when no point does:
-the version is then not promoted.
+the version is then not promoted, unless the scope has no active version: its traffic
+then runs on the tier-2 default, and the all-frontier point replaces it (``frontier_fallback``).
 """
 from __future__ import annotations
 
@@ -77,12 +78,32 @@ def _points(Q: np.ndarray, ranks: Sequence[int], labels: np.ndarray, costs: np.n
         yield point
 
 
+def frontier_only(labels: np.ndarray, costs: np.ndarray, ranks: Sequence[int],
+                  confidence: float) -> dict[str, Any]:
+    """The operating point that sends every request to the frontier: τ = 1.0 for every
+    cheaper tier (calibrated q stays below 1, ``rm.Q_MAX``), regret 0 by definition."""
+    chosen = np.full(len(labels), labels.shape[1], dtype=int)
+    point = rm.operating_point(chosen, labels, costs)
+    point["taus"] = {str(r): 1.0 for r in ranks}
+    point["regret"] = regret_bound(chosen, labels, confidence)
+    point["frontier_only"] = True
+    return point
+
+
 def choose(params: dict, X: np.ndarray, labels: np.ndarray, costs: np.ndarray, *,
            quality_target: float, max_regret: float, confidence: float,
-           grid: Sequence[float] = rm.TAU_GRID) -> dict[str, Any]:
+           grid: Sequence[float] = rm.TAU_GRID,
+           frontier_fallback: bool = False) -> dict[str, Any]:
     """{"point": the cheapest operating point meeting both the quality target and the
     regret bound (None when none does), "closest": the lowest-bound point that routes
-    below the frontier, "reason": why, in words}."""
+    below the frontier, "reason": why, in words}.
+
+    With ``frontier_fallback`` (the scope has no active version, so its auto traffic runs on
+    the tier-2 default, S01_DEFAULT_TIER2), a scope where no τ below the frontier meets the
+    rule gets the all-frontier point instead of None: the held-out labels have just shown
+    that the cheaper tiers cannot be trusted with its traffic, and the default would keep
+    sending it to tier 2. Its regret is 0; exploration keeps labelling the cheaper tiers, so
+    a later version can bring traffic back below the frontier once it meets the bound."""
     rule = (f"regret ≤ {max_regret:.2%} at {confidence:.0%} confidence and "
             f"≥ {quality_target:.1%} of frontier quality")
     if not len(X):
@@ -104,9 +125,16 @@ def choose(params: dict, X: np.ndarray, labels: np.ndarray, costs: np.ndarray, *
                 "reason": f"no τ sends any request below the frontier ({rule})"}
     b = closest["regret"]
     weakest = max(b["tiers"].items(), key=lambda kv: kv[1]["share"] * kv[1]["upper"])
-    return {"point": None, "closest": closest,
-            "reason": f"no τ meets {rule}: the lowest bound below the frontier is "
-                      f"{b['bound']:.2%} (τ1 {closest['taus']['1']:.2f}, τ2 "
-                      f"{closest['taus']['2']:.2f}; tier {weakest[0]} gets "
-                      f"{weakest[1]['share']:.1%} of requests on {weakest[1]['known']} known "
-                      f"labels, {weakest[1]['fails']} failing)"}
+    miss = (f"no τ meets {rule}: the lowest bound below the frontier is "
+            f"{b['bound']:.2%} (τ1 {closest['taus']['1']:.2f}, τ2 "
+            f"{closest['taus']['2']:.2f}; tier {weakest[0]} gets "
+            f"{weakest[1]['share']:.1%} of requests on {weakest[1]['known']} known "
+            f"labels, {weakest[1]['fails']} failing)")
+    if frontier_fallback:
+        default = regret_bound(np.full(len(X), rm.DEFAULT_TIER_RANK), labels, confidence)
+        return {"point": frontier_only(labels, costs, router.ranks, confidence),
+                "closest": closest,
+                "reason": f"frontier only: {miss}; the tier-2 default it replaces has a "
+                          f"regret bound of {default['bound']:.2%} "
+                          f"({default['estimate']:.1%} measured)"}
+    return {"point": None, "closest": closest, "reason": miss}

@@ -8,7 +8,9 @@ scope is published to Redis as JSON under ``<ns>:router:<scope>:active`` and
 point whose 95% upper bound on regret stays within the scope's policy
 ``router_max_regret`` and whose quality reaches the target) into ``metrics["taus"]``, and
 it is published with the params, so each scope's router runs at its own τ. A version that
-cannot meet the bound is not promoted, and ``metrics["comparison"]["reason"]`` says why.
+cannot meet the bound is not promoted, and ``metrics["comparison"]["reason"]`` says why;
+the first version of a scope (no active one: its traffic runs on the tier-2 default) is
+promoted "frontier only" instead (τ 1.0: every auto request goes to the frontier).
 The policy's router_tau_1/2 apply to versions without τ (made before, or activated by
 hand); the console's "set τ by quality target" writes both.
 """
@@ -101,16 +103,18 @@ def scope_policy(scope: str) -> dict[str, Any]:
     return effective_policy(scope_tenant_id(scope))
 
 
-def _promotion(params: dict, X, labels, costs, target: float, max_regret: float
-               ) -> dict[str, Any]:
+def _promotion(params: dict, X, labels, costs, target: float, max_regret: float, *,
+               frontier_fallback: bool = False) -> dict[str, Any]:
     """τ for promotion (``app.cascade.regret.choose``), as stored in the version's metrics."""
     confidence = float(current_app.config["ROUTER_REGRET_CONFIDENCE"])
     found = regret.choose(params, X, labels, costs, quality_target=target,
-                          max_regret=max_regret, confidence=confidence)
+                          max_regret=max_regret, confidence=confidence,
+                          frontier_fallback=frontier_fallback)
     point, closest = found["point"], found["closest"]
     brief = (lambda p: None if p is None else {**ev._brief(p), "regret": p["regret"]})
     return {"max_regret": max_regret, "confidence": confidence, "quality_target": target,
             "taus": ({k: float(v) for k, v in point["taus"].items()} if point else None),
+            "frontier_only": bool(point and point.get("frontier_only")),
             "point": brief(point), "closest": brief(closest), "reason": found["reason"]}
 
 
@@ -150,11 +154,23 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
         except (ValueError, KeyError) as exc:  # e.g. the feature layout changed
             log.warning("router %s v%s cannot be evaluated: %s", scope, current.version, exc)
     comparison = ev.compare(report, current_report)
+    if current is not None and ((current.metrics or {}).get("promotion") or {}).get("frontier_only"):
+        # The active version sends everything to the frontier: any version that meets the
+        # bound below (checked next) is cheaper at frontier quality, whatever its curve's
+        # point estimate at the quality target says.
+        comparison = {"promote": bool(report.get("n")), "reject": False,
+                      "reason": "replaces a frontier-only version" if report.get("n")
+                      else "no labelled held-out traces"}
     judged = min(ev.known_labels(labels).values()) if len(X) else 0
     if judged < int(current_app.config["ROUTER_MIN_HELDOUT"]):
         comparison = {**comparison, "promote": False, "reject": False,
                       "reason": f"only {judged} held-out labels for the least-known tier"}
-    promotion = _promotion(params, X, labels, costs, target, max_regret)
+    # No active version: the scope's auto traffic runs on the tier-2 default, which a
+    # version sending everything to the frontier beats when no τ below it is safe.
+    promotion = _promotion(params, X, labels, costs, target, max_regret,
+                           frontier_fallback=current is None)
+    if comparison["promote"] and promotion["frontier_only"]:
+        comparison = {**comparison, "reason": f"promoted, {promotion['reason']}"}
     if comparison["promote"] and promotion["taus"] is None:
         # not worse than the active version, but it cannot promise the bound: it stays a
         # candidate (a person may still activate it; it then runs at the policy's τ)

@@ -161,3 +161,85 @@ def test_tau_set_by_hand_goes_to_the_version_and_is_republished(app, redis_clien
     want = {"1": taus["router_tau_1"], "2": taus["router_tau_2"]}
     assert service.model_taus(service.get_model(None, model.id)) == want
     assert json.loads(redis_client.get(keys().router_active(scope)))["taus"] == want
+
+
+def _failing_cheap_tiers(n: int, seed: int) -> list[dict]:
+    """Traces of a scope whose cheaper tiers fail most of what they get (the replay's
+    stand-ins: SmolLM2 on tier 2 passed 4%), served and passed by the frontier."""
+    out = traces(n, seed=seed, prefix="bad")
+    rng = np.random.default_rng(seed)
+    for t in out:
+        t["shadow"] = {"1": bool(rng.random() < 0.04), "2": bool(rng.random() < 0.04)}
+    return out
+
+
+def _shares(point: dict) -> dict[str, float]:
+    return {str(k): v for k, v in point["shares"].items()}
+
+
+def test_first_version_goes_frontier_only_when_no_tau_is_safe(app, redis_client, client):
+    """No active version: the scope's auto traffic runs on the tier-2 default. When the
+    held-out labels show no τ below the frontier is safe, the version is promoted with τ 1.0
+    for tiers 1 and 2, so S01 sends every auto request to the frontier instead of tier 2;
+    a later version that meets the bound replaces it."""
+    t = TenantFactory()
+    scope = f"tenant:{t.id}"
+    ts = _failing_cheap_tiers(800, seed=15)
+    first = service.train_scope(scope, ts)
+    assert first.status == "active", first.metrics["comparison"]
+    promotion = first.metrics["promotion"]
+    assert promotion["frontier_only"] is True
+    assert first.metrics["taus"] == {"1": 1.0, "2": 1.0}
+    assert _shares(promotion["point"]) == {"1": 0.0, "2": 0.0, "3": 1.0}
+    assert promotion["point"]["regret"]["bound"] == 0.0
+    reason = first.metrics["comparison"]["reason"]
+    assert reason.startswith("promoted, frontier only: no τ meets regret ≤ 0.80%"), reason
+    # the default it replaces, measured on the same held-out rows, breaks the bound badly
+    default = float(reason.rsplit("regret bound of ", 1)[1].split("%")[0]) / 100
+    assert default > 0.5
+
+    # the gateway's side: every score is below τ 1.0, so the frontier is chosen
+    entry = json.loads(redis_client.get(keys().router_active(scope)))
+    assert entry["taus"] == {"1": 1.0, "2": 1.0}
+    Q, labels, costs = _held_out(first, ts)
+    assert Q.max() < 1.0
+    at = {int(k): v for k, v in entry["taus"].items()}
+    assert set(rm.route_batch(Q, (1, 2), at, 3).tolist()) == {3}
+    assert all(rm.decide({1: float(q[0]), 2: float(q[1])}, at, 3) == 3 for q in Q)
+
+    # the console says so
+    from tests.cascade.test_views import login
+    login(client, UserFactory(role="ops", tenant=t))
+    html = client.get(f"/router/scope/{scope}").text
+    assert "frontier only" in html and "τ1 1.00 · τ2 1.00" in html
+
+    # with an active version, a version that cannot meet the bound is not promoted
+    # (no frontier fallback over a version already in service)
+    second = service.train_scope(scope, _failing_cheap_tiers(800, seed=16))
+    assert second.status == "candidate" and second.metrics["taus"] is None
+    assert second.metrics["promotion"]["frontier_only"] is False
+    assert service.active_model(scope).id == first.id
+
+    # the cheaper tiers now pass (labels from exploration): a version that meets the bound
+    # replaces the frontier-only one and sends traffic below the frontier again
+    third = service.train_scope(scope, traces(3000, seed=11))
+    assert third.status == "active", third.metrics["comparison"]
+    assert third.metrics["comparison"]["reason"] == "replaces a frontier-only version"
+    assert third.metrics["promotion"]["frontier_only"] is False
+    assert third.metrics["promotion"]["point"]["regret"]["bound"] <= 0.008
+    assert _shares(third.metrics["promotion"]["point"])["3"] < 0.5
+    assert service.get_model(None, first.id).status == "retired"
+
+
+def test_no_frontier_fallback_when_the_bound_is_unproven_for_lack_of_labels(app):
+    """Too few held-out labels to judge: no promotion of any kind (the default stays)."""
+    t = TenantFactory()
+    scope = f"tenant:{t.id}"
+    app.config["ROUTER_MIN_HELDOUT"], before = 10_000, app.config["ROUTER_MIN_HELDOUT"]
+    try:
+        model = service.train_scope(scope, _failing_cheap_tiers(800, seed=17))
+    finally:
+        app.config["ROUTER_MIN_HELDOUT"] = before
+    assert model.status == "candidate" and model.metrics["taus"] is None
+    assert model.metrics["comparison"]["reason"].startswith("only ")
+    assert service.active_model(scope) is None

@@ -1,8 +1,9 @@
 """In headless Chromium over traffic through the real gateway: the Overview shows it after
 one rollup (the "Refresh figures now" button runs it), and FinOps draws day one honestly.
-docs/overview.png and docs/finops-day-one.png are taken here."""
+docs/overview.png and docs/finops-day-one.png are taken here with SLUICE_SCREENSHOTS=docs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ def world(app, gateway, fake_replicas, frontier):  # noqa: F811
     return make_world(app, gateway, [s.url for s in fake_replicas], frontier.url)
 
 
-def test_overview_shows_traffic_after_one_rollup_and_finops_day_one(world, console, page):
+def test_overview_shows_traffic_after_one_rollup_and_finops_day_one(world, console, page, tmp_path):
     client = world.client()
     models = ["tier-1"] * 7 + ["tier-2"] * 3 + ["tier-3"] * 2
     for i, model in enumerate(models):
@@ -45,8 +46,8 @@ def test_overview_shows_traffic_after_one_rollup_and_finops_day_one(world, conso
     sign_in(page, console, UserFactory(role="ops").email)      # the global view: pools too
     page.goto(console + "/")
     assert page.locator("#pools").count() == 1
-    if DOCS.is_dir():
-        page.screenshot(path=str(DOCS / "overview.png"), full_page=True)
+    out = DOCS if os.environ.get("SLUICE_SCREENSHOTS") == "docs" else tmp_path
+    page.screenshot(path=str(out / "overview.png"), full_page=True)
 
     page.goto(console + f"/finops?tenant={world.tenant.id}")
     for cid in ("chart-spend", "chart-cache", "chart-ttft"):
@@ -54,5 +55,4 @@ def test_overview_shows_traffic_after_one_rollup_and_finops_day_one(world, conso
     # day one: the spend bar is drawn (a line through one point would draw nothing)
     assert page.locator("#chart-spend .bars path").count() >= 1
     assert page.inner_text("#kpi-spend") == spend
-    if DOCS.is_dir():
-        page.screenshot(path=str(DOCS / "finops-day-one.png"), full_page=True)
+    page.screenshot(path=str(out / "finops-day-one.png"), full_page=True)
