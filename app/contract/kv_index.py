@@ -174,6 +174,18 @@ async def count_routed(redis, keys: Keys, tallies: Mapping[object, Sequence[int]
     await pipe.execute()
 
 
+async def read_routed_async(redis, keys: Keys,
+                            replica_ids: Sequence[object]) -> dict[object, float]:
+    """Requests the gateways sent to each replica while its index entry lived (the tally
+    ``count_routed`` adds, flushed about once a second per process): the balance
+    ``kv_choice`` bounds. One pipeline round trip."""
+    pipe = redis.pipeline(transaction=False)
+    for rid in replica_ids:
+        pipe.hget(keys.replica_kv_state(rid), "routed")
+    replies = await pipe.execute()
+    return {rid: float(int(v or 0)) for rid, v in zip(replica_ids, replies)}
+
+
 def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:
     """Per replica: seconds since the subscriber last heard of it, last seq, blocks held,
     resyncs, stored/removed counts (the Routing page)."""

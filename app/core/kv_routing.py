@@ -7,14 +7,17 @@ leading blocks each replica holds. ``kv_choice`` turns that and the live loads i
 replica:
 
 1. replicas within the bounded-load rule of today's policy (load + 1 <= ceil(c x share),
-   with the same absolute floor, ``rendezvous.load_bound``) are candidates; when none is,
-   every healthy replica is (the least loaded relative to its weight wins, as today);
-2. among candidates the most matched prefix tokens wins; a match counts only where it
-   is worth more than the queue in front of it (``tokens_per_load`` prompt tokens per
-   request in flight, so a replica one block ahead but with a long queue loses to an idle
-   one);
+   with the same absolute floor, ``rendezvous.load_bound``) and, when the caller knows how
+   many requests each replica was sent (``routed``), within ceil(c x share) of those too
+   (no floor: it is the balance over the run, the simulator's max/mean) are candidates;
+   when none is, the least loaded relative to its weight wins, as today;
+2. among candidates the most matched prefix tokens wins, less what its queue and its
+   share of the requests sent cost (``QUEUE_SHARE`` of the prompt per request in flight,
+   ``SPREAD_SHARE`` of the prompt at the mean share): a replica one block ahead but with a
+   long queue loses to an idle one, and new conversations on a shared prefix go to the
+   holder with the fewest requests instead of piling on one;
 3. ties go to the rendezvous order of the request's affinity key, so every gateway process
-   with the same index and loads makes the same choice, and requests no replica has seen
+   with the same index, loads and tally makes the same choice, and requests no replica has seen
    (nothing matched, or an index that is stale or empty) are exactly today's
    ``sluice_choice``.
 
@@ -30,11 +33,16 @@ from typing import Hashable, Iterable, Mapping, Sequence
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
                                  sluice_choice)
 
-# One request in flight ahead costs about this share of the request's own prompt in
-# prefill tokens (a matched token saves its prefill; a queued request delays it). Chosen
-# with the simulator on the four workload shapes (bench/results/prefix_routing_sim.txt);
-# 0 would follow the cache blindly up to the load bound.
-QUEUE_SHARE = 0.12
+# One request in flight ahead costs this share of the request's own prompt in prefill
+# tokens (a matched token saves its prefill; a queued request delays it), and a replica's
+# share of the requests sent so far costs SPREAD_SHARE x the prompt at the mean. Chosen
+# with the simulator on the four workload shapes at 120k and 40k KV tokens and checked on
+# workloads of another seed (bench/results/prefix_routing_sim.txt). The first version
+# (0.12, no spread term, no bound on requests sent) piled hot prefix branches on the
+# replica that held them first (max/mean requests 1.77 on deep_tree); a queue share of
+# 0.3 cost 3-8 points of hit rate for balance the bound on requests sent already keeps.
+QUEUE_SHARE = 0.03
+SPREAD_SHARE = 0.4
 
 POLICY_NAME = "kv_events"
 
@@ -82,10 +90,13 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
               matched: Mapping[Hashable, float] | None,
               loads: Mapping[Hashable, float] | None = None, c: float = 1.25, *,
               prompt_tokens: float = 0.0, queue_share: float = QUEUE_SHARE,
-              floor: float = LOAD_FLOOR) -> tuple[ReplicaView | None, str]:
+              floor: float = LOAD_FLOOR,
+              routed: Mapping[Hashable, float] | None = None,
+              spread_share: float = SPREAD_SHARE) -> tuple[ReplicaView | None, str]:
     """(replica, how it was chosen): ``"kv"`` from the index, ``"rendezvous"`` when no
     replica matched anything, ``"fallback"`` when ``matched`` is None (index stale or
-    unreachable: the caller says so in telemetry)."""
+    unreachable: the caller says so in telemetry). ``routed``: requests sent to each
+    replica so far (the balance the bound keeps); None leaves only the in-flight bound."""
     if matched is None:
         return sluice_choice(key, replicas, loads, c), "fallback"
     order = hrw_order(key, replicas)
@@ -99,14 +110,28 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
     within = [r for r in order
               if float(loads.get(r.id, 0.0)) + 1.0
               <= load_bound(total, r.weight, total_weight, c, floor)]
+    sent = routed or {}
+    total_sent = sum(float(sent.get(r.id, 0.0)) for r in order)
+    if routed is not None:
+        # the hard bound on requests sent: no floor, so it holds over any run length
+        within = [r for r in within
+                  if float(sent.get(r.id, 0.0)) + 1.0
+                  <= load_bound(total_sent, r.weight, total_weight, c)]
     if not within:
-        return min(order, key=lambda r: float(loads.get(r.id, 0.0)) / r.weight), "kv"
+        return min(order, key=lambda r: (float(loads.get(r.id, 0.0)) / r.weight,
+                                         float(sent.get(r.id, 0.0)) / r.weight)), "kv"
 
-    per_load = queue_share * max(float(prompt_tokens), 1.0)
+    prompt = max(float(prompt_tokens), 1.0)
+    per_load = queue_share * prompt
+    # a replica at the mean of requests sent costs spread_share x the prompt, one at
+    # twice the mean twice that: a tie-break between replicas that hold the same shared
+    # prefix (new conversations spread), too weak to move a conversation off its history
+    per_sent = spread_share * prompt * total_weight / max(total_sent, 1.0)
 
     def score(ir: tuple[int, ReplicaView]) -> tuple[float, int]:
         rank, r = ir
         return (float(matched.get(r.id, 0.0))
-                - per_load * float(loads.get(r.id, 0.0)) / r.weight, -rank)
+                - per_load * float(loads.get(r.id, 0.0)) / r.weight
+                - per_sent * float(sent.get(r.id, 0.0)) / r.weight, -rank)
 
     return max(enumerate(within), key=score)[1], "kv"

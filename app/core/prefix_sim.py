@@ -256,7 +256,8 @@ class _Router:
 
     def _kv_events(self, req: Req, now: float) -> int:
         # the policy S03 runs with replica_choice kv_events, on an index fed only by the
-        # replicas' stored/removed events; loads as for sluice
+        # replicas' stored/removed events; loads as for sluice, and the requests sent to
+        # each replica so far
         chain, key = [], 0
         for seg, n in req.segs:
             key = chain_key(key, seg)
@@ -264,8 +265,10 @@ class _Router:
         empty: set[int] = set()
         matched = match_counts(chain, lambda k: self.index.get(k, empty))
         loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
+        # requests sent so far: the gateway's own tally (app.contract.kv_index)
+        routed = {i: r.served for i, r in enumerate(self.reps)}
         return kv_choice(req.key, self.views, matched, loads, self.p.bounded_load_c,
-                         prompt_tokens=req.prompt_tokens)[0].id
+                         prompt_tokens=req.prompt_tokens, routed=routed)[0].id
 
     def _prefix_trie(self, req: Req) -> int:
         # production-stack style: longest matched prefix wins, random among the replicas

@@ -133,3 +133,13 @@ async def matched_tokens(services, replica_ids: list, chain: list[bytes],
     except Exception as exc:  # noqa: BLE001 - Redis out: the caller falls back
         log.debug("kv index unavailable: %s", exc)
         return None
+
+
+async def routed_counts(services, replica_ids: list) -> dict | None:
+    """Requests sent to each replica (every gateway's tally); None when Redis is out (the
+    choice then keeps only the in-flight bound)."""
+    try:
+        return await kv_index.read_routed_async(services.redis, services.keys, replica_ids)
+    except Exception as exc:  # noqa: BLE001 - Redis out: no balance term
+        log.debug("kv routed tally unavailable: %s", exc)
+        return None

@@ -89,3 +89,42 @@ def test_kv_events_follows_sessions_the_gateway_cannot_name():
                    ["sluice", "kv_events", "oracle"])["policies"]
     assert res["kv_events"]["hit_rate"] >= res["sluice"]["hit_rate"] + 0.15, res
     assert res["oracle"]["hit_rate"] - res["kv_events"]["hit_rate"] <= 0.05, res
+
+
+def test_the_bound_on_requests_sent_holds_whatever_the_index_says():
+    # replica 0 holds every prompt in full and nothing is in flight: only the bound on
+    # requests sent (ceil(c x mean), no floor) keeps it from taking them all
+    reps = [ReplicaView(id=i) for i in range(5)]
+    sent = {r.id: 0.0 for r in reps}
+    rng = random.Random(7)
+    for n in range(2000):
+        matched = {0: 8000.0, **{i: float(rng.choice([0, 16, 512])) for i in range(1, 5)}}
+        choice, how = kv_choice(f"p:{rng.randrange(40)}", reps, matched, {},
+                                prompt_tokens=8200, routed=sent)
+        assert how == "kv"
+        assert sent[choice.id] + 1 <= -(-1.25 * (n + 1) // 5), (n, sent)
+        sent[choice.id] += 1
+    assert max(sent.values()) / (sum(sent.values()) / 5) <= 1.25 + 5 / 2000
+
+
+def test_without_the_tally_only_the_in_flight_bound_is_kept():
+    # a gateway that cannot read the tally: the choice is the in-flight rule alone
+    choice, _ = kv_choice("p:x", REPS, {0: 8000.0}, {}, prompt_tokens=8200,
+                          routed={0: 30.0, 1: 10.0, 2: 10.0, 3: 10.0})
+    assert choice.id != 0
+    choice, _ = kv_choice("p:x", REPS, {0: 8000.0}, {}, prompt_tokens=8200, routed=None)
+    assert choice.id == 0
+
+
+def test_kv_events_keeps_load_within_the_bound_on_generated_shapes():
+    # hot prefix branches (one app's tool blocks, one tenant's sessions) drew most new
+    # conversations to the replica that held them first (max/mean 1.77 / 1.51 before
+    # the bound on requests sent); the bound and the spread term keep the hit rate
+    n, replicas = 3000, 8
+    for shape, seed in (("deep_tree", 5), ("hot_tenant", 11)):
+        rows = shaped_workload(shape, n, seed=seed)
+        res = simulate(rows, SimParams(replicas=replicas, kv_tokens=120_000),
+                       ["kv_events", "oracle"])["policies"]
+        k = res["kv_events"]
+        assert k["max_over_mean_load"] <= 1.25 + replicas / len(rows), (shape, res)
+        assert res["oracle"]["hit_rate"] - k["hit_rate"] <= 0.02, (shape, res)

@@ -14,8 +14,9 @@ affinity, or escalates when the tier has none left. A request a LoRA adapter ser
 
 The policy's ``replica_choice: kv_events`` chooses from the engines' own KV-cache events
 instead (``app.gateway.kv_route``, ``app.core.kv_routing.kv_choice``): the replica whose
-cache holds most of the prompt's blocks, within the same load bound, with today's choice
-as the fallback when the index is stale (telemetry ``replica_choice``).
+cache holds most of the prompt's blocks, within the same load bound and within c x the mean
+of the requests the gateways sent per replica, with today's choice as the fallback when
+the index is stale (telemetry ``replica_choice``).
 
 The policy's ``replica_choice: round_robin`` replaces all that with plain round-robin over
 the healthy replicas (per gateway process, like a Kubernetes Service): the baseline that
@@ -82,7 +83,8 @@ async def run(ctx: RequestContext) -> str:
 async def _kv_events(ctx: RequestContext, views: list):
     """The kv_events policy: matched blocks from the engines' own events, else (tokenizer
     still loading, index stale or unreachable) today's rendezvous, said in telemetry. The
-    loads and the index are read in two concurrent round trips. Returns (choice, loads)."""
+    loads, the index and the requests sent per replica are read in three concurrent round
+    trips. Returns (choice, loads)."""
     ids = [v.id for v in views]
     chain, prompt = None, 0
     pool = ctx.snapshot.pools.get(str(ctx.tier.get("pool_id")))
@@ -96,13 +98,16 @@ async def _kv_events(ctx: RequestContext, views: list):
             chain, prompt = kv_route.request_chain(tokens, body, model, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
+    routed = None
     if chain is not None:
-        loads, matched = await asyncio.gather(_loads(ctx, ids),
-                                              kv_route.matched_tokens(ctx.services, ids, chain))
+        loads, matched, routed = await asyncio.gather(
+            _loads(ctx, ids), kv_route.matched_tokens(ctx.services, ids, chain),
+            kv_route.routed_counts(ctx.services, ids))
     else:
         loads, matched = await _loads(ctx, ids), None
     choice, how = kv_choice(routing_key(ctx), views, matched, loads,
-                            float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt)
+                            float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt,
+                            routed=routed)
     ctx.telemetry["replica_choice"] = how
     if matched is not None:
         got = int(matched.get(choice.id, 0))
