@@ -34,7 +34,9 @@ savings per stage, TTFT. Relative quality = the variant's pass rate / the pass r
 rows the frontier served. Variants (each with its own tenants, so caches, routers and
 engine prefix caches (salted per tenant) start cold): full; no_cache (cache_enabled off);
 no_routing (clients name tier-3: no cascade); no_minify (minify_enabled off); no_prefix
-(replica_choice round_robin instead of prefix/session-aware rendezvous).
+(replica_choice round_robin instead of prefix/session-aware rendezvous); and
+full_frontier_until_router (the full system with policy frontier_until_router on: no auto
+request reaches a cheaper tier before a router version is promoted).
 """
 from __future__ import annotations
 
@@ -68,6 +70,8 @@ VARIANTS = {  # name -> (tenant policy, model the clients send)
     "no_routing": ({}, "tier-3"),
     "no_minify": ({"minify_enabled": False}, "auto"),
     "no_prefix": ({"replica_choice": "round_robin"}, "auto"),
+    # not a stage switched off: the full system with policy frontier_until_router on
+    "full_frontier_until_router": ({"frontier_until_router": True}, "auto"),
 }
 WARMUP_H, CHECKPOINT_H = 48, 12
 
@@ -306,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000, help="requests in the month")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--variants", default=",".join(v for v in VARIANTS if v.startswith("no_")
+                                                  or v == "full"))
     ap.add_argument("--conc", type=int, default=6)
     ap.add_argument("--t1-replicas", type=int, default=1)
     ap.add_argument("--t2-replicas", type=int, default=2)

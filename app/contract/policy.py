@@ -90,6 +90,12 @@ FIELDS: dict[str, Field] = {
                                  help="On a schema error: retry unminified, or mark"),
     "frontier_first_hours": Field(int, 48, 0, 24 * 365,
                                   help="New workflows go to the frontier tier this long", tenant=TENANT_UP),
+    # the seed's S01_DEFAULT_TIER2 sends a scope with no router to tier 2 before anything
+    # shows that tier 2 passes its traffic; on: the frontier until a router version is
+    # promoted (app.cascade.regret holds that one to router_max_regret)
+    "frontier_until_router": Field(bool, False, tenant=TENANT_UP, help=(
+        "Auto requests of a workflow past its warm-up go to the frontier, not tier 2, until "
+        "a router version for it is promoted")),
     "distill_min_traces": Field(int, 2500, 1, 10_000_000,
                                 help="Verified traces needed before LoRA training", tenant=TENANT_UP),
     "shadow_concordance": Field(float, 0.99, 0.5, 1.0,

@@ -86,6 +86,22 @@ def test_no_router_or_a_broken_one_is_tier2_and_still_logs_a_trace():
     assert np.array_equal(young.router_features[:384], young.embedding)
 
 
+def test_frontier_until_router_keeps_a_scope_without_router_on_the_frontier():
+    """Policy frontier_until_router: no auto request reaches a cheaper tier before a router
+    version is promoted; once one is, the router decides as usual."""
+    ctx = routed_ctx(None, frontier_until_router=True)
+    assert route(ctx) == "tier-3"
+    assert ctx.telemetry["route_reason"] == "frontier_until_router"
+    assert len(ctx.router_features) == feature_dim()   # still a training trace
+    ctx = routed_ctx(router_params(0.9, 0.9), frontier_until_router=True)
+    ctx.embedding = np.zeros(384, dtype=np.float32)
+    assert route(ctx) == "tier-1" and ctx.telemetry["route_reason"] == "router"
+    # a tenant may turn it on (stricter) but not off where it is on centrally
+    from app.contract.policy import FIELDS, TENANT_UP
+    assert FIELDS["frontier_until_router"].tenant == TENANT_UP
+    assert FIELDS["frontier_until_router"].default is False   # the seed's S01_DEFAULT_TIER2
+
+
 def test_explicit_tier_logs_features_only_when_s00_embedded():
     for embedded in (False, True):
         ctx = routed_ctx(None)

@@ -16,7 +16,10 @@ already made the embedding (free). Computing the vector for a trace never change
 route: a failure there is recorded in the telemetry and the request goes on.
 
 No router for the scope, or a router that cannot score the request, goes to
-S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use).
+S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use); with the policy's
+``frontier_until_router`` on, a scope with no router goes to the frontier instead (reason
+"frontier_until_router"), so no auto traffic reaches a cheaper tier before a promoted
+version has shown, within ``router_max_regret``, that it may.
 """
 from __future__ import annotations
 
@@ -108,6 +111,11 @@ async def run(ctx: RequestContext) -> str:
         return "S02_SCHEMA_MINIFY"
     router = active_router(ctx)
     if router is None:
+        if ctx.policy.get("frontier_until_router"):
+            ctx.tier = tiers[-1]
+            ctx.telemetry["route_reason"] = "frontier_until_router"
+            await trace_features(ctx)
+            return "S02_SCHEMA_MINIFY"
         ctx.telemetry["route_reason"] = "no_router"
         await trace_features(ctx)
         return DEFAULT_TIER2
