@@ -150,6 +150,10 @@ class Config:
     # Tier-1 exploration (app.gateway.shadow, policy explore_pct): tier-1 calls in flight
     # off the path per gateway process at most (more are skipped); 0 turns it off
     GATEWAY_EXPLORE_MAX_INFLIGHT = 4
+    # Cache verification (app.gateway.cache_verify, policy cache_verify_sample_pct): sampled
+    # cache hits generated again upstream off the path, in flight per gateway process at
+    # most (more are skipped, the hit unchecked); 0 turns it off
+    GATEWAY_CACHE_VERIFY_MAX_INFLIGHT = 4
     # Pool driver on each node (workers.pools.driver)
     POOLS_VAR_DIR = ""              # engines' logs and pid files; empty: var/ in the repo
     POOLS_BIND_HOST = "127.0.0.1"   # where engines listen
@@ -203,6 +207,9 @@ class TestConfig(Config):
     # again on tier 1 would add ledger rows and labels to tests that count them exactly.
     # Exploration's own tests start a gateway with it on.
     GATEWAY_EXPLORE_MAX_INFLIGHT = 0
+    # Likewise cache verification: 5% of verifier hits generated again would add ledger
+    # rows to tests that count them; tests/gateway/test_verified_cache.py turns it on.
+    GATEWAY_CACHE_VERIFY_MAX_INFLIGHT = 0
 
 
 class ProdConfig(Config):

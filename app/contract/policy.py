@@ -54,7 +54,9 @@ FIELDS: dict[str, Field] = {
     "cache_error_bound": Field(float, 0.001, 0.0, 0.5, tenant=TENANT_DOWN, help=(
         "Share of verified-path hits that may be wrong (95% confidence); the line holds it")),
     "cache_verify_sample_pct": Field(float, 5.0, 0.0, 100.0, tenant=TENANT_UP, help=(
-        "Percent of verifier-path hits answered upstream instead, to check the cached answer")),
+        "Percent of verifier-path hits also generated upstream in the background (the "
+        "client still gets the cached answer) to check it; booked as cache verification, "
+        "on no budget")),
     "router_tau_1": Field(float, 0.80, 0.0, 1.0,
                           help="Calibrated P(tier 1 meets the bar) needed to use tier 1", tenant=TENANT_CENTRAL),
     "router_tau_2": Field(float, 0.70, 0.0, 1.0,

@@ -5,8 +5,8 @@ is served only at or above the tenant's *line*, a cosine learned from evidence:
 
 - *observations*: (cosine, whether the answers agreed). They come for free from misses (a
   candidate that was not served: the fresh answer is compared with the cached one), and
-  from a sampled share of the hits the verifier would serve, answered upstream instead and
-  compared the same way.
+  from a sampled share of the hits the verifier serves, generated again upstream in the
+  background (the client still gets the cached answer) and compared the same way.
 - the line is the lowest cosine ``t`` at which the observations at or above ``t``, pooled,
   hold the tenant's ``cache_error_bound`` at 95% confidence (Wilson upper bound); with too
   few observations anywhere, the verified path stays closed (the line is the fast line:

@@ -18,7 +18,7 @@ from app.finops import histogram
 from app.contract.budget import current_period
 from app.finops.models import TTFT_BUCKET_COLUMNS, Budget, Rollup
 from app.finops.rollups import IDLE_WORKFLOW, ceil_bucket, floor_bucket, month_range, next_bucket
-from app.ledger.models import LedgerEntry
+from app.ledger.models import OFF_PATH_KINDS, LedgerEntry
 from app.tenants.models import Tenant
 from app.workflows.models import Workflow
 
@@ -216,7 +216,7 @@ def dashboard(user, period: Period, tenant_id: Any = None) -> dict[str, Any]:
                           "ttft_p95": t["ttft_p95"],
                           "output_per_request": t["output_per_request"],
                           "cost_per_1k": t["cost_per_1k"]} for t in timeline],
-            "tier_mix": mix, "counted": counted}
+            "tier_mix": mix, "counted": counted, "off_path": off_path_usage(period, tid)}
 
 
 def counted_usage(period: Period, tenant_id: int | None) -> dict[str, Any]:
@@ -230,6 +230,27 @@ def counted_usage(period: Period, tenant_id: int | None) -> dict[str, Any]:
         q = q.where(LedgerEntry.tenant_id == tenant_id)
     n, cost = db.session.execute(q).one()
     return {"requests": int(n), "cost": Decimal(cost)}
+
+
+OFF_PATH_LABELS = {"shadow": "Exploration and adapter shadow",
+                   "cache_verify": "Cache verification"}
+
+
+def off_path_usage(period: Period, tenant_id: int | None) -> dict[str, Any]:
+    """What the gateway's off-path runs cost (``OFF_PATH_KINDS``: no tenant's spend, so in
+    no rollup, budget or total), per kind: {"rows": [{kind, label, runs, cost}], "cost"}.
+    Read from the ledger."""
+    q = (sa.select(LedgerEntry.kind, sa.func.count(),
+                   sa.func.coalesce(sa.func.sum(LedgerEntry.cost_usd), 0))
+         .where(LedgerEntry.kind.in_(OFF_PATH_KINDS), LedgerEntry.at >= period.start,
+                LedgerEntry.at < period.end)
+         .group_by(LedgerEntry.kind))
+    if tenant_id is not None:
+        q = q.where(LedgerEntry.tenant_id == tenant_id)
+    found = {kind: (int(n), Decimal(cost)) for kind, n, cost in db.session.execute(q)}
+    rows = [{"kind": k, "label": OFF_PATH_LABELS[k], "runs": found.get(k, (0, 0))[0],
+             "cost": Decimal(found.get(k, (0, 0))[1])} for k in OFF_PATH_KINDS]
+    return {"rows": rows, "cost": sum((r["cost"] for r in rows), Decimal(0))}
 
 
 def _merge(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
@@ -340,6 +361,7 @@ REPORT_COLUMNS: dict[str, list[tuple[str, str]]] = {
                  ("adjustments_shown", "adjustments_usd"), ("cost_shown", "chargeback_usd"),
                  ("baseline_shown", "baseline_usd"), ("savings_shown", "savings_usd"),
                  ("budget_usd", "budget_usd")],
+    "off_path": [("kind", "kind"), ("label", "label"), ("runs", "runs"), ("cost", "cost_usd")],
     "dashboard": [("bucket", "bucket_start"), ("requests", "requests"), ("cost", "cost_usd"),
                   ("baseline", "baseline_usd"), ("semantic_hit_pct", "semantic_hit_pct"),
                   ("exact_hit_pct", "exact_hit_pct"), ("prefix_hit_pct", "prefix_hit_pct"),
@@ -363,6 +385,11 @@ def report_rows(user, report: str, period: Period, tenant_id: Any = None
     if report == "dashboard":
         rows = dashboard(user, period, tenant_id)["timeline"]
         total = None
+    elif report == "off_path":
+        data = off_path_usage(period, scoped_tenant(user, tenant_id))
+        rows = data["rows"]
+        total = {"kind": "total", "label": "Off-path runs (on no budget)",
+                 "runs": sum(r["runs"] for r in rows), "cost": data["cost"]}
     elif report == "stages":
         data = savings.stages(user, period, tenant_id)
         rows = data["lines"]

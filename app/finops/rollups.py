@@ -18,9 +18,10 @@ estimate stays the charge. ``cost_usd`` itself always equals the ledger's sum.
 Savings per stage (``saved_<stage>_usd``, app.core.pricing.stage_savings) are summed
 from request rows only, at token prices; the GPU-hour true-up is not spread over them.
 
-Shadow rows (kind ``shadow``: an adapter's off-path runs, ``app.gateway.shadow``) are
-no tenant's spend: rollups, and so every report and budget built on them, leave them
-out, and so does the reconcile's ledger side.
+Off-path rows (``OFF_PATH_KINDS``: ``shadow``, an adapter's shadow or tier-1 exploration,
+``app.gateway.shadow``; ``cache_verify``, a sampled cache hit generated again,
+``app.gateway.cache_verify``) are no tenant's spend: rollups, and so every report and budget
+built on them, leave them out, and so does the reconcile's ledger side.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from app.core import costing
 from app.extensions import db
 from app.finops.histogram import N_BUCKETS, TTFT_BOUNDS
 from app.finops.models import TTFT_BUCKET_COLUMNS, GpuRate, Rollup
-from app.ledger.models import SAVED_COLUMNS, LedgerEntry
+from app.ledger.models import OFF_PATH_KINDS, SAVED_COLUMNS, LedgerEntry
 from app.tenants.models import Tenant
 
 IDLE_WORKFLOW = "(idle)"
@@ -129,7 +130,7 @@ def _hour_select(start: datetime, end: datetime):
         sum_if(L.kind == "adjustment", L.cost_usd), sa.literal(0),
         *[sum_if(is_request, getattr(L, c)) for c in SAVED_COLUMNS], *hist)
         .select_from(L).outerjoin(Tenant, Tenant.id == L.tenant_id)
-        .where(L.at >= start, L.at < end, L.kind != "shadow")
+        .where(L.at >= start, L.at < end, L.kind.not_in(OFF_PATH_KINDS))
         .group_by(bucket, L.tenant_id, department, L.tier, L.workflow, L.model))
 
 
@@ -291,7 +292,8 @@ def reconcile(period: str | tuple[datetime, datetime]) -> list[dict[str, Any]]:
     start, end = month_range(period) if isinstance(period, str) else period
     ledger: dict[int, dict[str, Decimal]] = {}
     stmt = (sa.select(LedgerEntry.tenant_id, *[expr for expr, _ in _CHECKED.values()])
-            .where(LedgerEntry.at >= start, LedgerEntry.at < end, LedgerEntry.kind != "shadow")
+            .where(LedgerEntry.at >= start, LedgerEntry.at < end,
+                   LedgerEntry.kind.not_in(OFF_PATH_KINDS))
             .group_by(LedgerEntry.tenant_id))
     for row in db.session.execute(stmt):
         ledger[row[0]] = {name: Decimal(row[i + 1] or 0) for i, name in enumerate(_CHECKED)}

@@ -20,7 +20,7 @@ from app.extensions import db
 from app.contract import budget as rb
 from app.finops import rollups, webhooks
 from app.finops.models import BUDGET_ACTIONS, AdjustmentRequest, Budget, BudgetAlert, Rollup
-from app.ledger.models import LedgerEntry
+from app.ledger.models import OFF_PATH_KINDS, LedgerEntry
 from app.models_base import row_id
 from app.redis_client import get_redis, keys
 from app.tenants.models import Tenant
@@ -328,8 +328,8 @@ def ledger_month_spend(period: str) -> dict[int, Decimal]:
     start, end = rollups.month_range(period)
     rows = db.session.execute(sa.select(LedgerEntry.tenant_id, sa.func.sum(LedgerEntry.cost_usd))
                               .where(LedgerEntry.at >= start, LedgerEntry.at < end,
-                                     # shadow runs are never on a tenant's budget
-                                     LedgerEntry.kind != "shadow")
+                                     # off-path runs are never on a tenant's budget
+                                     LedgerEntry.kind.not_in(OFF_PATH_KINDS))
                               .group_by(LedgerEntry.tenant_id))
     return {t: Decimal(s or 0) for t, s in rows}
 

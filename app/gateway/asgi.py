@@ -20,7 +20,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from app.core import minify_compact
-from app.gateway import conformance, handlers, traces
+from app.gateway import cache_verify, conformance, handlers, traces
 from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
@@ -233,6 +233,7 @@ class Gateway:
             log.exception("request %s: lint sample failed", ctx.request_id)
         traces.offer(ctx, self.spawn)  # a frontier answer the LoRA flywheel may learn from
         shadow.offer(ctx, self.spawn, self.ledger.submit)  # an adapter in shadow, off the path
+        cache_verify.offer(ctx, self.spawn, self.ledger.submit)  # a sampled hit, again upstream
         if ctx.inflight_replica is not None:
             self.spawn(self.untrack_replica(ctx))
         if ctx.budget_reserved is not None:

@@ -1,4 +1,5 @@
-"""Off-path runs on tier 1: an adapter in shadow, and exploration for the router's labels.
+"""Off-path runs: an adapter in shadow and exploration for the router's labels (tier 1),
+and the machinery they share with cache verification (``app.gateway.cache_verify``).
 
 After the client has its answer (``Gateway.book``), a request that a higher tier than
 tier 1 answered successfully may be sent again to a tier-1 replica, off the path: the
@@ -20,10 +21,12 @@ normalized, as ``app.core.concordance``) and booked as a ledger event of its own
   them its classifier only ever sees failures and auto traffic never reaches it.
 
 Off-path traffic never touches the client's answer, headers or budget: it runs as a
-background task, reserves and settles nothing (``BudgetGuard`` is not called), at most
-``ADAPTERS_SHADOW_MAX_INFLIGHT`` / ``GATEWAY_EXPLORE_MAX_INFLIGHT`` at once per process
-(more are skipped; 0 turns the mode off), and a failure is logged and counted, never
-raised. FinOps leaves kind ``shadow`` out of every budget and total.
+background task (``start``), reserves and settles nothing (``BudgetGuard`` is not called), at
+most ``ADAPTERS_SHADOW_MAX_INFLIGHT`` / ``GATEWAY_EXPLORE_MAX_INFLIGHT`` /
+``GATEWAY_CACHE_VERIFY_MAX_INFLIGHT`` at once per process (more are skipped; 0 turns the
+mode off), and a failure is logged and counted, never raised. FinOps leaves the off-path
+kinds (``shadow``, ``cache_verify``: ``app.ledger.models.OFF_PATH_KINDS``) out of every
+budget and total.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -48,25 +51,27 @@ from app.gateway.telemetry import usage_tokens
 from app.gateway.upstream import chat_url, upstream_request_headers
 
 log = logging.getLogger(__name__)
-ADAPTER, EXPLORE = "adapter", "explore"
-_CAP = {ADAPTER: "ADAPTERS_SHADOW_MAX_INFLIGHT", EXPLORE: "GATEWAY_EXPLORE_MAX_INFLIGHT"}
-_open = {ADAPTER: 0, EXPLORE: 0}   # off-path calls this process has in flight, per mode
+ADAPTER, EXPLORE, VERIFY = "adapter", "explore", "cache_verify"
+_CAP = {ADAPTER: "ADAPTERS_SHADOW_MAX_INFLIGHT", EXPLORE: "GATEWAY_EXPLORE_MAX_INFLIGHT",
+        VERIFY: "GATEWAY_CACHE_VERIFY_MAX_INFLIGHT"}
+_SUFFIX = {ADAPTER: "-shadow", EXPLORE: "-explore", VERIFY: "-verify"}
+_open = {ADAPTER: 0, EXPLORE: 0, VERIFY: 0}   # off-path calls in flight here, per mode
 _NOT_FORWARDED = ("stream", "stream_options", "n")
 
 
 @dataclass(frozen=True)
 class Probe:
-    """One off-path run: the tier-1 model asked, where, and how it is booked."""
+    """One off-path run: the model asked, where, and how it is booked."""
 
-    mode: str                           # ADAPTER | EXPLORE
+    mode: str                           # ADAPTER | EXPLORE | VERIFY
     model: str                          # the engine's model name (base or lora_name)
-    tier: Mapping[str, Any]             # tier 1
+    tier: Mapping[str, Any]             # tier 1 (VERIFY: the tier asked again)
     replica_ids: frozenset | None       # replicas that may answer (None: any of the pool)
     adapter: str | None = None          # the adapter asked for, if any
 
     @property
     def suffix(self) -> str:
-        return "-shadow" if self.mode == ADAPTER else "-explore"
+        return _SUFFIX[self.mode]
 
 
 def answer_text(ctx: RequestContext) -> str | None:
@@ -155,22 +160,30 @@ def explore_probe(ctx: RequestContext) -> Probe | None:
         return None
     if 1 in (ctx.telemetry.get("escalated_from") or ()):
         return None
+    return probe_on(ctx, EXPLORE, tier)
+
+
+def probe_on(ctx: RequestContext, mode: str, tier: Mapping[str, Any]) -> Probe:
+    """What ``tier`` serves ``ctx`` with, as S04 would: on tier 1, the workflow's promoted
+    or canary adapter arm where a replica holds it; else the tier's base model."""
     entry = adapters.entry_for(ctx)
-    if entry is not None and entry.pool_id == tier.get("pool_id"):
+    first = adapters.tier_one(ctx.snapshot, entry.pool_id) if entry is not None else None
+    if first is not None and first.get("name") == tier.get("name"):
         chosen = adapters.arm(entry, replicas.routing_key(ctx))
         if chosen is not None and chosen[1]:
-            return Probe(EXPLORE, chosen[0], tier, frozenset(chosen[1]), chosen[0])
-    return Probe(EXPLORE, ctx.snapshot.served_model(tier), tier, None)
+            return Probe(mode, chosen[0], tier, frozenset(chosen[1]), chosen[0])
+    return Probe(mode, ctx.snapshot.served_model(tier), tier, None)
 
 
 # --- the run ------------------------------------------------------------------------
 
-def probe_body(ctx: RequestContext, model: str) -> dict[str, Any]:
-    """The client's request for tier 1: same messages and limits, not streamed."""
+def probe_body(ctx: RequestContext, model: str, pool: bool = True) -> dict[str, Any]:
+    """The client's request for an off-path run: same messages and limits, not streamed;
+    on a pool, with the tenant's engine cache salt."""
     body = {k: v for k, v in ctx.body.items() if k not in _NOT_FORWARDED}
     body["model"] = model
     body["stream"] = False
-    salt = replicas.salt(ctx)
+    salt = replicas.salt(ctx) if pool else None
     if salt:
         body["cache_salt"] = salt
     return body
@@ -181,8 +194,12 @@ def shadow_body(ctx: RequestContext, shadow: ShadowEntry) -> dict[str, Any]:
 
 
 def _replica(ctx: RequestContext, probe: Probe) -> Mapping[str, Any] | None:
-    pool = ctx.snapshot.pools.get(str(probe.tier.get("pool_id")))
     upstream = ctx.services.upstream
+    if probe.tier.get("upstream_kind") == "external":
+        url = probe.tier.get("endpoint_url")
+        return replicas.external_replica(dict(probe.tier)) \
+            if url and not upstream.is_ejected(url) else None
+    pool = ctx.snapshot.pools.get(str(probe.tier.get("pool_id")))
     reps = [r for r in (pool.replicas if pool else ()) if r.state == "healthy" and r.url
             and not upstream.is_ejected(r.url)]
     if probe.replica_ids is not None:
@@ -194,11 +211,26 @@ def _replica(ctx: RequestContext, probe: Probe) -> Mapping[str, Any] | None:
     return replicas.pick(ctx, reps) if reps else None
 
 
-def probe_event(ctx: RequestContext, probe: Probe, model: str, replica: Mapping[str, Any],
-                usage: dict, agreed: bool, latency_ms: float, as_json: bool) -> LedgerEvent:
+def off_path_event(ctx: RequestContext, probe: Probe, model: str, usage: dict,
+                   latency_ms: float, kind: str, adapter: str,
+                   payload: dict[str, Any]) -> LedgerEvent:
+    """The ledger event of an off-path run (request id ``<rid><suffix>``), priced at its
+    tier; no baseline, no stage savings: it is nobody's request."""
     at = datetime.now(timezone.utc)
     prompt, cached, out = usage_tokens(usage)
     cost = tier_cost(probe.tier, at, prompt, cached, out)
+    return {
+        "request_id": f"{ctx.request_id}{probe.suffix}", "at": at.isoformat(),
+        "tenant_id": ctx.tenant["id"], "workflow": ctx.workflow_signature,
+        "workflow_name": ctx.workflow_name, "tier": probe.tier["name"], "model": model,
+        "status": 200, "cache": "miss", "prompt_tokens": prompt, "cached_tokens": cached,
+        "completion_tokens": out, "cost_usd": f"{cost:f}", "baseline_cost_usd": "0",
+        "escalated": False, "ttft_ms": None, "latency_ms": round(latency_ms, 3),
+        "usage_source": "upstream", "adapter": adapter, "kind": kind, "payload": payload}
+
+
+def probe_event(ctx: RequestContext, probe: Probe, model: str, replica: Mapping[str, Any],
+                usage: dict, agreed: bool, latency_ms: float, as_json: bool) -> LedgerEvent:
     payload: dict[str, Any] = {"shadow_of": ctx.request_id, "agreed": agreed,
                                "metric": "json_fields" if as_json else "text",
                                "served_tier": ctx.tier.get("name"),
@@ -209,65 +241,69 @@ def probe_event(ctx: RequestContext, probe: Probe, model: str, replica: Mapping[
         payload.update(explore=True, tier_rank=int(probe.tier["rank"]), model=model,
                        served_rank=ctx.tier.get("rank"),
                        adapter=probe.adapter if model == probe.adapter else None)
-    return {
-        "request_id": f"{ctx.request_id}{probe.suffix}", "at": at.isoformat(),
-        "tenant_id": ctx.tenant["id"], "workflow": ctx.workflow_signature,
-        "workflow_name": ctx.workflow_name, "tier": probe.tier["name"], "model": model,
-        "status": 200, "cache": "miss", "prompt_tokens": prompt, "cached_tokens": cached,
-        "completion_tokens": out, "cost_usd": f"{cost:f}", "baseline_cost_usd": "0",
-        "escalated": False, "ttft_ms": None, "latency_ms": round(latency_ms, 3),
-        "usage_source": "upstream",
-        # the adapter column is the adapter shadow's evidence (app.adapters.serving): an
-        # exploration run is the router's, named only in its payload
-        "adapter": probe.adapter if probe.mode == ADAPTER else "", "kind": "shadow",
-        "payload": payload}
+    # the adapter column is the adapter shadow's evidence (app.adapters.serving): an
+    # exploration run is the router's, named only in its payload
+    return off_path_event(ctx, probe, model, usage, latency_ms, "shadow",
+                          probe.adapter if probe.mode == ADAPTER else "", payload)
 
 
-def _count(ctx: RequestContext, probe: Probe, outcome: str) -> None:
+def count(ctx: RequestContext, probe: Probe, outcome: str) -> None:
+    """The mode's run counter (``sluice_gateway_{shadow,explore,cache_verify}_runs``)."""
     metrics = ctx.services.metrics
-    counter = metrics.shadow_runs if probe.mode == ADAPTER else metrics.explore_runs
+    counter = {ADAPTER: metrics.shadow_runs, EXPLORE: metrics.explore_runs,
+               VERIFY: metrics.cache_verify_runs}[probe.mode]
     counter.labels(outcome).inc()
+
+
+async def generate(ctx: RequestContext, probe: Probe
+                   ) -> tuple[Mapping[str, Any], str, dict, float] | None:
+    """The off-path call itself, after the client's answer went out: (replica, model asked,
+    the completion, latency ms); None when no replica may answer (counted). Raises on an
+    upstream failure."""
+    await asyncio.sleep(0)  # the client's answer goes out first
+    replica = _replica(ctx, probe)
+    if replica is None:
+        count(ctx, probe, "no_replica")
+        return None
+    holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
+    model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
+    started = time.perf_counter()
+    resp = await ctx.services.upstream.open(
+        chat_url(replica["url"]),
+        upstream_request_headers(ctx.client_headers, f"{ctx.request_id}{probe.suffix}",
+                                 ctx.services.upstream.api_key(probe.tier)),
+        probe_body(ctx, model, probe.tier.get("upstream_kind") != "external"),
+        float(probe.tier.get("timeout_s") or 60.0), False)
+    try:
+        data = orjson.loads(resp.content)
+    finally:
+        await resp.aclose()
+    return replica, model, data, (time.perf_counter() - started) * 1000.0
 
 
 async def run_probe(ctx: RequestContext, probe: Probe, served: str,
                     submit: Callable[[dict], None]) -> bool | None:
     """One off-path call and its ledger event; returns the verdict (None: it failed)."""
     try:
-        await asyncio.sleep(0)  # the client's answer goes out first
-        replica = _replica(ctx, probe)
-        if replica is None:
-            _count(ctx, probe, "no_replica")
+        got = await generate(ctx, probe)
+        if got is None:
             return None
-        holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
-        model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
-        started = time.perf_counter()
-        resp = await ctx.services.upstream.open(
-            chat_url(replica["url"]),
-            upstream_request_headers(ctx.client_headers, f"{ctx.request_id}{probe.suffix}",
-                                     ctx.services.upstream.api_key(probe.tier)),
-            probe_body(ctx, model), float(probe.tier.get("timeout_s") or 60.0), False)
-        try:
-            data = orjson.loads(resp.content)
-        finally:
-            await resp.aclose()
-        latency_ms = (time.perf_counter() - started) * 1000.0
+        replica, model, data, latency_ms = got
         content = data["choices"][0]["message"]["content"] or ""
         as_json = wants_json(ctx.body)
         agreed = verdict(served, content, as_json)
         submit(probe_event(ctx, probe, model, replica, data.get("usage") or {}, agreed,
                            latency_ms, as_json))
-        _count(ctx, probe, "agreed" if agreed else "disagreed")
+        count(ctx, probe, "agreed" if agreed else "disagreed")
         return agreed
     except Exception as exc:  # noqa: BLE001 - an off-path run never touches the answer
         log.warning("request %s: %s run of %s failed: %s", ctx.request_id, probe.mode,
                     probe.model, exc)
         try:
-            _count(ctx, probe, "failed")
+            count(ctx, probe, "failed")
         except Exception:  # noqa: BLE001
             pass
         return None
-    finally:
-        _open[probe.mode] -= 1
 
 
 async def run(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
@@ -277,17 +313,32 @@ async def run(ctx: RequestContext, shadow: ShadowEntry, tier: Mapping[str, Any],
     return await run_probe(ctx, probe, served, submit)
 
 
-def _spawn(ctx: RequestContext, probe: Probe, served: str, spawn: Callable[[Any], None],
-           submit: Callable[[dict], None]) -> None:
+def start(ctx: RequestContext, probe: Probe, run: Callable[[], Awaitable[Any]],
+          spawn: Callable[[Any], None]) -> bool:
+    """``spawn`` the run ``run()`` makes when the mode's per-process in-flight cap has room
+    (else it is counted "skipped" and nothing runs). False when skipped."""
     if _open[probe.mode] >= int(ctx.services.config[_CAP[probe.mode]]):
-        _count(ctx, probe, "skipped")
-        return
-    _open[probe.mode] += 1   # released by run_probe()
+        count(ctx, probe, "skipped")
+        return False
+    _open[probe.mode] += 1
     try:
-        spawn(run_probe(ctx, probe, served, submit))
+        spawn(_held(probe.mode, run()))
     except Exception:
         _open[probe.mode] -= 1
         raise
+    return True
+
+
+async def _held(mode: str, run: Awaitable[Any]) -> Any:
+    try:
+        return await run
+    finally:
+        _open[mode] -= 1
+
+
+def _spawn(ctx: RequestContext, probe: Probe, served: str, spawn: Callable[[Any], None],
+           submit: Callable[[dict], None]) -> None:
+    start(ctx, probe, lambda: run_probe(ctx, probe, served, submit), spawn)
 
 
 def offer(ctx: RequestContext, spawn: Callable[[Any], None],

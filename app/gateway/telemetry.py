@@ -55,6 +55,10 @@ class GatewayMetrics:
         self.explore_runs = Counter("sluice_gateway_explore_runs", "Tier-1 exploration runs "
                                     "for the router's labels (app.gateway.shadow), by outcome",
                                     ["outcome"], registry=r)
+        self.cache_verify_runs = Counter("sluice_gateway_cache_verify_runs", "Sampled cache "
+                                         "hits generated again off the path "
+                                         "(app.gateway.cache_verify), by outcome",
+                                         ["outcome"], registry=r)
         self.ledger_errors = Counter("sluice_gateway_ledger_write_errors",
                                      "Failed ledger stream writes (retried)", registry=r)
 

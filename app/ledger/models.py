@@ -14,6 +14,11 @@ Money = Numeric(18, 10)
 # The per-stage savings columns, in app.core.pricing.STAGES order.
 SAVED_COLUMNS = ("saved_cache_usd", "saved_routing_usd", "saved_minify_usd",
                  "saved_prefix_usd", "saved_escalation_usd")
+# Rows of calls the gateway made off the response path: nobody's request, never on a budget,
+# a rollup or a FinOps total (FinOps shows their cost on its own line, ``off_path_usage``).
+# shadow: an adapter in shadow or tier-1 exploration (app.gateway.shadow); cache_verify: a
+# sampled cache hit generated again to check it (app.gateway.cache_verify).
+OFF_PATH_KINDS = ("shadow", "cache_verify")
 
 
 class LedgerEntry(db.Model):
@@ -31,8 +36,8 @@ class LedgerEntry(db.Model):
     id: Mapped[int] = mapped_column(BigInteger().with_variant(db.Integer, "sqlite"),
                                     primary_key=True)
     request_id: Mapped[str] = mapped_column(String(64), unique=True)
-    # request | adjustment | shadow (an adapter's off-path run: never on a budget or a
-    # FinOps total, app.gateway.shadow)
+    # request | adjustment | shadow | cache_verify (the last two: OFF_PATH_KINDS, never on
+    # a budget or a FinOps total)
     kind: Mapped[str] = mapped_column(String(16), default="request")
     at = mapped_column(UTCDateTime, default=utcnow)
     tenant_id: Mapped[int] = mapped_column(index=True)
@@ -57,7 +62,7 @@ class LedgerEntry(db.Model):
     adapter: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # Savings per pipeline stage against the frontier baseline (app.core.pricing.
     # stage_savings; STAGES order); they add up to baseline_cost_usd - cost_usd on a
-    # gateway row (0 on adjustments, shadow runs and rows booked before migration 0013).
+    # gateway row (0 on adjustments, off-path runs and rows booked before migration 0013).
     saved_cache_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
     saved_routing_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")
     saved_minify_usd: Mapped[Decimal] = mapped_column(Money, default=0, server_default="0")

@@ -24,7 +24,7 @@ from app.contract import budget as budget_counters
 from app.contract.events import FeedbackEvent, LedgerEvent
 from app.extensions import db
 from app.ledger import dead_letter
-from app.ledger.models import SAVED_COLUMNS, LedgerEntry
+from app.ledger.models import OFF_PATH_KINDS, SAVED_COLUMNS, LedgerEntry
 from app.models_base import utcnow
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ _COLUMNS = ("request_id", "tenant_id", "workflow", "tier", "model", "status", "c
             "latency_ms", "usage_source", "adapter", "tool_tokens", "tool_tokens_saved",
             "tool_retries")
 # The kinds a gateway books (adjustments are written by FinOps, never from the stream).
-_GATEWAY_KINDS = frozenset({"request", "shadow"})
+_GATEWAY_KINDS = frozenset({"request", *OFF_PATH_KINDS})
 
 
 def consumer_name() -> str:

@@ -107,8 +107,28 @@ def test_no_synonym_group_holds_an_antonym_pair():
             assert not (a in group and b in group), (group, a, b)
 
 
-def test_a_sampled_verifier_hit_is_answered_upstream_and_noted(store):
+def test_a_sampled_verifier_hit_is_still_served_and_says_which_tier_to_ask_again(store):
+    """Sampling does not turn a hit into a miss: the hit is served and marked sampled (the
+    gateway generates it again off the path, app.gateway.cache_verify), with the tier that
+    generated the cached answer."""
+    a, b = REWORDED
+    va, vb = embed_many([a, b])
+    store.store(build_key("t1", POLICY, "auto", body(a)), va, answer("A"), "r-a", ttl_s=600,
+                verified=True, tier="tier-2")
     notes: dict = {}
     always = Verification(line=FLOOR, floor=FLOOR, sample=1.0)
-    assert put_and_probe(store, *REWORDED, always, notes=notes) is None
-    assert notes["candidate"]["request_id"] == "r-a" and notes["candidate"]["sampled"] is True
+    hit = store.lookup(build_key("t1", POLICY, "auto", body(b)), vb, TH, verification=always,
+                       notes=notes)
+    assert hit is not None and hit.how == "verified" and hit.request_id == "r-a"
+    assert hit.sampled and hit.tier == "tier-2"
+    assert hit.response["choices"][0]["message"]["content"] == "A"
+    assert "candidate" not in notes
+    never = Verification(line=FLOOR, floor=FLOOR, sample=0.0)
+    hit = store.lookup(build_key("t1", POLICY, "auto", body(b)), vb, TH, verification=never)
+    assert hit is not None and hit.how == "verified" and not hit.sampled
+
+
+def test_a_word_for_word_hit_is_never_sampled(store):
+    a, b = "What is the capital city of France?", "What's the capital city of France?"
+    hit = put_and_probe(store, a, b, Verification(line=FLOOR, floor=FLOOR, sample=1.0))
+    assert hit is not None and hit.how == "fast" and not hit.sampled

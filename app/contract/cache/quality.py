@@ -5,8 +5,8 @@
   (``n<i>``, ``w<i>``: ``app.core.cache_bound.Evidence``), from which its line is learned.
 - ``<ns>:cache:qs:<tenant>:<workflow>``  hash of counters per tenant and workflow (``-`` for
   none): hits by how they were judged (``hits_exact``, ``hits_fast``, ``hits_verified``),
-  ``sampled`` / ``sampled_wrong`` (verifier hits answered upstream instead, as a check),
-  ``checked`` /
+  ``sampled`` / ``sampled_wrong`` (verifier hits served and generated again upstream in
+  the background, as a check: ``app.gateway.cache_verify``), ``checked`` /
   ``checked_wrong`` (misses whose fresh answer was compared with an unserved candidate),
   ``verified`` (entries that became verified), ``evicted`` (entries a disagreement
   evicted), ``verify_cost_usd_micros`` (what sampling cost), and the same ``n<i>``/``w<i>``
@@ -71,7 +71,8 @@ class CacheQuality:
     def observe(self, tenant: Any, workflow: str | None, similarity: float, agreed: bool,
                 source: str, cost_usd_micros: int = 0) -> None:
         """One comparison of a cached answer with a fresh one (``source``: "sample", a
-        served hit generated again; "check", a miss compared with an unserved candidate)."""
+        served hit generated again off the path; "check", a miss compared with an unserved
+        candidate). ``cost_usd_micros``: what generating it again cost (a sample's)."""
         i = bin_of(similarity)
         prefix = "sampled" if source == "sample" else "checked"
         try:

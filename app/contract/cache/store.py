@@ -117,6 +117,10 @@ class CacheHit:
     request_id: str           # the request whose answer is served
     cached_at: float = 0.0
     how: str = "exact"        # "exact" | "fast" (word for word) | "verified" (the verifier)
+    # drawn for cache verification (``Verification.sample``): served as usual, and
+    # generated again upstream off the path (``app.gateway.cache_verify``)
+    sampled: bool = False
+    tier: str = ""            # the tier that generated the cached answer ("" before it was kept)
 
 
 @dataclass(frozen=True)
@@ -132,8 +136,8 @@ class Verification:
     line: float
     floor: float = 0.70
     verified_only: bool = True
-    # share of verifier-path hits answered upstream instead, as a check (``notes``
-    # ["candidate"]["sampled"]): the miss's fresh answer is compared like any candidate's
+    # share of verifier-path hits drawn for cache verification (``CacheHit.sampled``): still
+    # served, and generated again upstream in the background to check the cached answer
     sample: float = 0.0
 
 
@@ -148,6 +152,7 @@ class StoreItem:
     workflow: str | None = None
     vector_later: bool = False
     verified: bool = False    # a validator passed it, or it was produced twice identically
+    tier: str = ""            # the tier that generated it (cache verification asks it again)
 
 
 @dataclass
@@ -322,8 +327,10 @@ class CacheStore:
                 entry = json.loads(raw)
                 if entry.get("request_id") != copy.ids[row]:
                     continue  # the exact entry now holds a newer answer to the same prompt
+                sampled = (how == "verified" and verification is not None
+                           and verification.sample > 0 and random.random() < verification.sample)
                 return CacheHit("semantic", sim, entry["response"], entry["request_id"],
-                                entry.get("created", 0.0), how)
+                                entry.get("created", 0.0), how, sampled, entry.get("tier", ""))
         return None
 
     def _judged(self, key: CacheKey, copy: Any, vec: np.ndarray, threshold: float, now: float,
@@ -346,14 +353,12 @@ class CacheStore:
             # an entry's own threshold: the line, or where it was itself seen to agree
             own = max(verification.floor, min(verification.line, float(meta.get("tau", 1.0))))
             verified = bool(meta.get("v")) or not verification.verified_only
-            sampled = not fast and verification.sample > 0 and random.random() < verification.sample
-            if (fast or sim >= own) and verified and not sampled:
+            if (fast or sim >= own) and verified:
                 out.append((row, sim, "fast" if fast else "verified"))
             elif notes is not None and "candidate" not in notes:
                 # judged the same, not served: the miss's fresh answer will tell
                 notes["candidate"] = {"request_id": copy.ids[row], "similarity": sim,
-                                      "x": meta["x"], "served_at": own, "fast": fast,
-                                      "sampled": sampled and verified and sim >= own}
+                                      "x": meta["x"], "served_at": own, "fast": fast}
         return out
 
     def _fill_pending(self, bucket: str, copy: Any, pending: list[tuple[str, dict]]) -> None:
@@ -417,13 +422,13 @@ class CacheStore:
     # ---- store ------------------------------------------------------------------------
     def store(self, key: CacheKey, embedding: np.ndarray | None, response: dict, request_id: str,
               ttl_s: int, workflow: str | None = None, *, vector_later: bool = False,
-              verified: bool = False) -> bool:
+              verified: bool = False, tier: str = "") -> bool:
         """Keep ``response`` (already checked with ``is_cacheable_response``) for ``ttl_s``.
         ``vector_later``: with no ``embedding``, the semantic entry is kept pending (with its
         text), to be embedded by the first lookup that reaches its bucket; without it, an
         answer stored with no embedding serves exact repeats only."""
         return self.store_many([StoreItem(key, embedding, response, request_id, ttl_s,
-                                          workflow, vector_later, verified)]) == 1
+                                          workflow, vector_later, verified, tier)]) == 1
 
     def store_many(self, items: list["StoreItem"]) -> int:
         """``store`` for several answers in one Redis round trip; returns how many Redis took."""
@@ -435,6 +440,8 @@ class CacheStore:
             emb, later = (it.embedding, it.vector_later) if it.key.semantic else (None, False)
             entry = {"response": it.response, "request_id": it.request_id, "created": now,
                      "workflow": it.workflow or ""}
+            if it.tier:
+                entry["tier"] = it.tier
             todo.append((it, emb, later, entry))
         ok = 0
         if todo and self.redis_available():

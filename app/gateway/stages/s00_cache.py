@@ -20,8 +20,11 @@ own threshold (the tenant's learned line, ``app.core.cache_bound``, or lower whe
 itself agreed). A candidate judged the same but not served is noted on the request; once
 the miss has its answer, the cache writer compares the two (``_check_candidate``): agreeing,
 the cached entry becomes verified and its threshold comes down to this cosine, and the new
-answer is stored verified (it was produced twice); disagreeing, the entry is evicted. Each
-comparison is evidence for the tenant's line (``app.contract.cache.quality``).
+answer is stored verified (it was produced twice); disagreeing, the entry is evicted. A
+verifier hit drawn for cache verification (policy ``cache_verify_sample_pct``) is served
+like any hit and noted ``cache_hit.sampled``; after the answer, ``app.gateway.cache_verify``
+generates it again upstream off the path and ``GatewayCache.learn`` applies the verdict the
+same way. Each comparison is evidence for the tenant's line (``app.contract.cache.quality``).
 """
 from __future__ import annotations
 
@@ -122,20 +125,30 @@ class GatewayCache:
             entry = store.exact_response(json.loads(loc)["x"]) if loc else None
             if entry is None or entry.get("request_id") != rid:
                 return False  # gone meanwhile: nothing to learn
-            exact = float(ctx.body.get("temperature") or 0.0) == 0.0
-            agreed = answers_agree(entry["response"], response, exact=exact)
-            self.quality.observe(tenant, wf, sim, agreed,
-                                 "sample" if cand.get("sampled") else "check")
-            if agreed:
-                if store.mark(rid, verified=True, agreed_at=sim):
-                    self.quality.count(tenant, wf, "verified")
-            elif store.evict(rid):
-                self.quality.count(tenant, wf, "evicted")
+            agreed = answers_agree(entry["response"], response, exact=exact_answer(ctx.body))
+            self.learn(tenant, wf, rid, sim, agreed, "check")
             ctx.telemetry["cache_candidate"]["agreed"] = agreed
             return agreed
         except Exception:  # noqa: BLE001 - learning never fails a write
             log.exception("request %s: cache candidate check failed", ctx.request_id)
             return False
+
+    def learn(self, tenant: Any, workflow: str | None, request_id: str, similarity: float,
+              agreed: bool, source: str, cost_usd_micros: int = 0) -> str:
+        """A fresh answer compared with the entry that answered ``request_id`` (met at
+        cosine ``similarity``): evidence for the tenant's line (``source``: "check", a miss's
+        candidate; "sample", a served hit generated again), then the entry verified with its
+        threshold down to this cosine, or evicted. Returns what happened to the entry:
+        "verified", "evicted" or "gone" (expired or evicted meanwhile). Sync Redis."""
+        self.quality.observe(tenant, workflow, similarity, agreed, source, cost_usd_micros)
+        if agreed:
+            if self.store.mark(request_id, verified=True, agreed_at=similarity):
+                self.quality.count(tenant, workflow, "verified")
+                return "verified"
+        elif self.store.evict(request_id):
+            self.quality.count(tenant, workflow, "evicted")
+            return "evicted"
+        return "gone"
 
     @property
     def quality(self):
@@ -239,8 +252,6 @@ def _semantic(ctx: RequestContext, store, key, exact: bool):
     if hit is None and cand is not None:
         ctx.telemetry["cache_candidate"] = {"of_request": cand["request_id"],
                                             "similarity": round(cand["similarity"], 5)}
-        if cand.get("sampled"):  # a hit answered upstream instead: cache verification
-            ctx.telemetry["cache_candidate"]["sampled"] = True
     return hit
 
 
@@ -302,6 +313,8 @@ async def run(ctx: RequestContext) -> str:
     ctx.cached_response = _served(hit.response, ctx.request_id)
     ctx.telemetry["cache_hit"] = {"of_request": hit.request_id,
                                   "similarity": round(hit.similarity, 5), "how": hit.how}
+    if hit.sampled:  # served now; generated again after the answer (app.gateway.cache_verify)
+        ctx.telemetry["cache_hit"].update(sampled=True, tier=hit.tier)
     await ctx.services.release_budget(ctx)  # a hit costs nothing: hold nothing while serving it
     if not cache.store.redis_available():  # a Qdrant hit during an outage: nowhere to note it
         return "RESPOND"
@@ -319,7 +332,13 @@ def _store_item(ctx: RequestContext, response: dict, verified: bool = False):
     from app.contract.cache.store import StoreItem
     return StoreItem(ctx.cache_key, ctx.embedding, response, ctx.request_id,
                      int(ctx.policy["cache_ttl_s"]), ctx.workflow_signature or None,
-                     vector_later=True, verified=verified)
+                     vector_later=True, verified=verified, tier=(ctx.tier or {}).get("name", ""))
+
+
+def exact_answer(body: dict) -> bool:
+    """Whether two answers to ``body`` must be equal to agree (temperature 0), rather than
+    similar (``app.core.cache_bound.answers_agree``)."""
+    return float(body.get("temperature") or 0.0) == 0.0
 
 
 async def on_complete(ctx: RequestContext, response: dict | None) -> None:
