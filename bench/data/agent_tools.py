@@ -359,3 +359,118 @@ HELDOUT_2 = [
     "Queue up some lo-fi beats on the office speaker.",
     "Google the date of the next Kubernetes release and set me a reminder for that day.",
 ]
+
+# A fifth day, written (2026-12-04) before a third round of scoring changes and committed on
+# its own before it: the same 40 kinds of task in other words, names and places, with other
+# phrasing habits (indirect requests, questions, multi-step asks). Held out from that round:
+# never used to choose a weight or a rule.
+HELDOUT_3 = [
+    "We're planning a barbecue in Melbourne on Sunday; any chance it gets rained out?",
+    "Could you check what the conditions are like in Nairobi at this moment?",
+    "I'm about to phone my cousin in Auckland; would it be the middle of the night there?",
+    "A webinar starts at 2pm Pacific on Thursday. I'm in Warsaw, so when should I join?",
+    "I want to photograph the sunrise in Porto on Saturday; what time should I be out there?",
+    "Could you dig up the vendor comparison spreadsheet from our shared files and send it "
+    "over to jun.park@acme.com? Subject can be 'Vendors'.",
+    "I'm fairly sure the accountant emailed me about the VAT filing a few days ago; can you "
+    "pull that up so I can read it?",
+    "Can you give the #qa team a heads-up on Slack that staging is frozen until noon?",
+    "Would you shoot a quick text to +61491570156 letting them know the keys are under the "
+    "mat?",
+    "Nadia, Omar and I need 20 minutes together before Friday; see when we're all open and "
+    "get it on the calendar.",
+    "Do I have anything scheduled for Tuesday morning, or is it clear?",
+    "Could you note on my to-do list that I have to book the car service by next Thursday?",
+    "Make sure I remember to pick up the dry cleaning at 4pm today.",
+    "What's the cheapest way to fly from Atlanta to Seattle on September 14? Go ahead and "
+    "book it once you've found it.",
+    "We'll be in Vienna for the conference from March 8 to 11; can you find a place to stay "
+    "close to the venue and reserve it?",
+    "My sister is coming in on KL 601; is it running late?",
+    "How are Apple shares trading this morning?",
+    "If I exchange 75,000 Korean won, roughly how many euros would I end up with?",
+    "Do we have enough in the reserve account to cover payroll? What's it at?",
+    "Initrode still owes us for the data migration; can you bill them 3,200 dollars with "
+    "45-day terms?",
+    "Were there any charges from Zoom on the main account in the last two months?",
+    "Before I meet Prestige Worldwide tomorrow, what does our CRM say about them?",
+    "The Nakatomi deal has reached contract review; could you update the pipeline?",
+    "I just got off the phone with Globo Gym; they're thinking about adding ten seats. Can "
+    "you put that in the CRM?",
+    "Sirius Cybernetics can't upload files since this morning; could you get a high-priority "
+    "ticket open for them?",
+    "Could Pat from legal (pat@acme.com) get edit rights on the partnership agreement?",
+    "I don't have time to read the whole incident postmortem file; what are the main "
+    "takeaways?",
+    "Can you set up a fresh doc called 'Interview questions' with a few starter questions?",
+    "Something seems off with the search indexer; is it healthy, and what do its recent "
+    "logs show?",
+    "Is anything on fire right now? Show me which incidents are still unresolved.",
+    "The email sender in us-west-2 has hung again; can you give it a restart and then make "
+    "sure it's back up?",
+    "Could you log a bug against acme/desktop saying the app crashes when the window is "
+    "resized?",
+    "We're out of whiteboard markers; can you get a box of them, ideally under $20?",
+    "When's the package with tracking 1Z4A9W700345821102 supposed to arrive?",
+    "Is there a decent vegetarian restaurant around Kings Cross? Book it for five on Friday "
+    "at 6.",
+    "What's being reported today about the airline strike?",
+    "How would I write 'the meeting is postponed' in Portuguese?",
+    "If I split 1,940 across 7 people, how much does each pay?",
+    "Could you put on some Norah Jones in the study?",
+    "When does early-bird registration for PyCon close? Check online and remind me the day "
+    "before.",
+]
+
+# A sixth day, written and committed with HELDOUT_3 and not run by the bench until the third
+# round of scoring changes was fixed: day 5's misses were seen (its before-figure lists
+# them), this day's were not. Terse asks, context first, other verbs.
+HELDOUT_4 = [
+    "Heading to Edinburgh Wednesday through Friday; what should I expect weather-wise?",
+    "Is it snowing in Denver at the moment?",
+    "Quick one: what's the hour in Dubai now?",
+    "Our Sao Paulo office wants a sync at 11am their time Monday. What's that in Tokyo time?",
+    "How many hours of daylight will Stockholm get on the solstice?",
+    "The auditors want last year's expense summary. Find it on the drive and email it to "
+    "audit@acme.com with subject 'Expenses 2025'.",
+    "Anything in my inbox from the recruiter at Stripe? I'd like to see what she said.",
+    "Let everyone in #general know on Slack that lunch is on the company today.",
+    "Text +33612345678 that the train is delayed twenty minutes.",
+    "Get a 1:1 with Bea on the books in the next few days, whenever we both have a free half "
+    "hour.",
+    "What does the rest of my week look like?",
+    "Stick 'review the Q1 OKRs' on my todo list for Monday, low priority.",
+    "At 8pm tonight I need a ping to take my medication.",
+    "Two of us need to get from Newark to Rome on October 2 in business class; find options "
+    "and book the best one.",
+    "Need somewhere to sleep in Kyoto on the 5th and 6th of November, close to Gion; book it.",
+    "Which gate is DL 44 leaving from, and is it on schedule?",
+    "How did Netflix stock move today?",
+    "Turn 12,000 Indian rupees into British pounds for me.",
+    "Tell me the current figure on the tax reserve account.",
+    "Send a bill to Hooli XYZ for the two onsite training days, 6,400 total, 30 days to pay.",
+    "I need every outgoing transfer to our landlord from the main account since January.",
+    "Who is our contact at Monsters Inc and what plan are they on?",
+    "We lost the Ghostbusters deal to budget cuts; reflect that in the pipeline.",
+    "Spoke with Los Pollos Hermanos earlier; they're happy, no changes. Log it.",
+    "Weyland-Yutani's SSO integration is broken for all their staff; raise a P2 on their "
+    "behalf.",
+    "Let contractor@acme.com view the API design slides.",
+    "TL;DR of the 40-page data retention policy, please.",
+    "New doc please: 'Team offsite agenda', with a rough outline for two days.",
+    "Latency alerts are firing for the recommendations service; how's it doing and what do "
+    "the logs say for the last 30 minutes?",
+    "Give me a rundown of the open SEV3 and SEV4 incidents.",
+    "Please cycle the image-resizer deployment in eu-north-1 and tell me if it comes back "
+    "healthy.",
+    "Put an issue on acme/docs: the install page links to a dead URL.",
+    "Can you find a standing desk mat for under $60 and buy it?",
+    "Is my FedEx delivery 7489 2210 5533 out for delivery yet?",
+    "Somewhere with good ramen near Shibuya for two tonight at 7, please reserve.",
+    "Catch me up on today's top stories in Germany.",
+    "I need 'your package has arrived' in Japanese.",
+    "Compute the square root of 2,209.",
+    "Some classical piano in the lounge, please.",
+    "Look up when the tax filing deadline is this year and make sure I get reminded a week "
+    "ahead.",
+]
