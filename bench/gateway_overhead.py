@@ -270,7 +270,7 @@ def keep_kv_index_fresh(r, ns: str, stop) -> None:
     from app.gateway.kv_route import PromptTokens, request_chain
     keys = Keys(ns)
     chain, _ = request_chain(PromptTokens(chat_tokenizer("smollm2")),
-                             {"messages": S03_MESSAGES}, "bench", "")
+                             {"messages": S03_MESSAGES}, None, "")
     kv_index.apply_events(r, keys, 70, [("BlockStored", chain)], seq=0)
     while not stop.wait(1.0):
         kv_index.heartbeat(r, keys, [70, 71, 72, 73])

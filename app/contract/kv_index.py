@@ -1,11 +1,15 @@
 """The KV-block index in Redis: which blocks each replica holds, from its own KV events.
 
-The subscriber (``workers.pools.kv_subscriber``) applies each replica's ``EventBatch``es
-here; every gateway process and host reads the same sets, so they make the same choice
-(``app.core.kv_routing.kv_choice``). Per replica: a set of block hashes (first 8 bytes of
-each, as vLLM's integer hashes are 64-bit) and a state hash (last seq, when the last event
-or heartbeat was seen, resyncs). Both expire ``ttl_s`` after the subscriber's last
-heartbeat, so a replica whose subscriber stops, or that dies, drops out of the index.
+The subscriber (``workers.pools.kv_subscriber``) decodes each replica's ``EventBatch``es
+here and turns them into index keys with ``app.core.kv_keys.BlockKeys``: our own
+chained sha256 over the token ids the events carry (cache salt and LoRA in the chain), not
+the engine's block hashes, which no other process can compute (vLLM seeds them per
+process). Every gateway process and host hashes a prompt the same way and reads the same
+sets, so they make the same choice (``app.core.kv_routing.kv_choice``). Per replica: a set
+of index keys (8 bytes each) and a state hash (last seq, when the last event or heartbeat
+was seen, resyncs, blocks that could not be placed). Both expire ``ttl_s`` after the
+subscriber's last heartbeat, so a replica whose subscriber stops, or that dies, drops out
+of the index.
 """
 from __future__ import annotations
 
@@ -15,46 +19,71 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgspec
 
 from app.contract.keys import Keys
+from app.core.kv_keys import KVEvent
 
 TTL_S = 30            # index entries of a replica live this long past the last heartbeat
 STALE_S = 10.0        # a replica whose subscriber said nothing for this long is not read
+# vLLM's field order, for the positional (array_like) events of vLLM before its map
+# encoding (vllm-project/vllm#42892); each field was appended in its time, so an older
+# event is a prefix of this
 _FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size",
-                           "lora_id", "medium", "lora_name"),
-           "BlockRemoved": ("block_hashes", "medium"), "AllBlocksCleared": ()}
+                           "lora_id", "medium", "lora_name", "extra_keys", "group_idx",
+                           "kv_cache_spec_kind", "kv_cache_spec_sliding_window"),
+           "BlockRemoved": ("block_hashes", "medium", "group_idx"), "AllBlocksCleared": ()}
 
 
 def block_id(h: bytes | int) -> bytes:
-    """The index's name of a block hash: 8 bytes (vLLM publishes 64-bit ints or bytes)."""
+    """The index's name of a key: its first 8 bytes."""
     if isinstance(h, int):
         return (h & (2**64 - 1)).to_bytes(8, "big")
     return bytes(h[:8])
 
 
-def decode_batch(payload: bytes) -> list[tuple[str, list[bytes]]]:
-    """vLLM's msgpack ``EventBatch`` -> ``[(kind, block ids)]``. Takes events as tagged
-    arrays (vLLM up to 0.11, and this repo's engine) or as tagged maps (later vLLM)."""
+def _hash(h: Any) -> Any:
+    """An engine block hash as a dict key (vLLM sends 64-bit ints by default, bytes with
+    VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)."""
+    return bytes(h) if isinstance(h, (bytes, bytearray, memoryview)) else h
+
+
+def decode_batch(payload: bytes) -> list[KVEvent]:
+    """vLLM's msgpack ``EventBatch`` -> its events. The batch may be an array
+    ``[ts, events, data_parallel_rank?]`` or a map; each event a tagged array (vLLM before
+    #42892, fields by position) or a map tagged by ``type`` (later vLLM, and the
+    reference engine)."""
     raw = msgspec.msgpack.decode(payload)
-    if not isinstance(raw, list) or len(raw) < 2 or not isinstance(raw[1], list):
+    if isinstance(raw, dict):
+        events = raw.get("events")
+    elif isinstance(raw, list) and len(raw) >= 2:
+        events = raw[1]
+    else:
+        events = None
+    if not isinstance(events, list):
         raise ValueError("not an EventBatch")
     out = []
-    for ev in raw[1]:
+    for ev in events:
         if isinstance(ev, dict):
-            tag = ev.get("type")
-            hashes = ev.get("block_hashes") or []
+            tag, fields = ev.get("type"), ev
         elif isinstance(ev, list) and ev and isinstance(ev[0], str):
             tag = ev[0]
-            hashes = ev[1] if len(ev) > 1 and tag != "AllBlocksCleared" else []
+            fields = dict(zip(_FIELDS.get(tag, ()), ev[1:]))
         else:
             raise ValueError("a KV event must be a tagged array or map")
         if tag not in _FIELDS:
             raise ValueError(f"unknown KV event {tag!r}")
-        out.append((tag, [block_id(h) for h in hashes]))
+        parent = fields.get("parent_block_hash")
+        out.append(KVEvent(
+            tag, tuple(_hash(h) for h in fields.get("block_hashes") or ()),
+            None if parent is None else _hash(parent), fields.get("token_ids") or (),
+            fields.get("block_size"), fields.get("lora_id"), fields.get("lora_name"),
+            fields.get("medium"), fields.get("extra_keys"), fields.get("group_idx"),
+            fields.get("kv_cache_spec_kind")))
     return out
 
 
 def apply_events(redis, keys: Keys, replica_id: object, events: Sequence[tuple[str, list]],
-                 seq: int, *, ttl_s: int = TTL_S) -> None:
-    """One batch's events, in order, plus the replica's last seq, in one round trip."""
+                 seq: int, *, ttl_s: int = TTL_S, orphans: int = 0) -> None:
+    """One batch's index changes (``BlockKeys.apply``: ``(kind, index keys)`` in order),
+    the replica's last seq and the blocks it could not place, in one round trip."""
     blocks = keys.replica_kv_blocks(replica_id)
     pipe = redis.pipeline(transaction=True)
     stored = removed = 0
@@ -72,6 +101,8 @@ def apply_events(redis, keys: Keys, replica_id: object, events: Sequence[tuple[s
     pipe.hset(state, mapping={"seq": seq, "seen": time.time()})
     pipe.hincrby(state, "stored", stored)
     pipe.hincrby(state, "removed", removed)
+    if orphans:
+        pipe.hincrby(state, "orphans", orphans)
     pipe.expire(blocks, ttl_s)
     pipe.expire(state, ttl_s)
     pipe.execute()
@@ -188,7 +219,7 @@ async def read_routed_async(redis, keys: Keys,
 
 def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:
     """Per replica: seconds since the subscriber last heard of it, last seq, blocks held,
-    resyncs, stored/removed counts (the Routing page)."""
+    resyncs, stored/removed counts, blocks not placed (the Routing page)."""
     pipe = redis.pipeline(transaction=False)
     for rid in replica_ids:
         pipe.hgetall(keys.replica_kv_state(rid))
@@ -206,6 +237,7 @@ def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, 
                     "resyncs": int(state.get("resyncs", 0)),
                     "stored": int(state.get("stored", 0)),
                     "removed": int(state.get("removed", 0)),
+                    "orphans": int(state.get("orphans", 0)),
                     "routed": int(state.get("routed", 0)),
                     "matched_share": (int(state["routed_matched"]) / int(state["routed_prompt"])
                                       if int(state.get("routed_prompt", 0) or 0) else None)}

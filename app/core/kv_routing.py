@@ -1,10 +1,12 @@
 """Replica choice from the engines' own KV-cache events (S03 policy ``kv_events``). Pure.
 
 The engines publish which blocks they store and evict (vLLM's ``--kv-events-config``:
-``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared`` with chained block hashes); an
-index built from those events says, for a request's chain of block hashes, how many
-leading blocks each replica holds. ``kv_choice`` turns that and the live loads into one
-replica:
+``BlockStored`` / ``BlockRemoved`` / ``AllBlocksCleared``, each stored run with its token
+ids); an index built from those events says, for a request's chain of index keys, how many
+leading blocks each replica holds. The keys are ours, not the engine's hashes (which vLLM
+seeds per process): ``app.core.kv_keys.BlockKeys`` rebuilds them from the events' token
+ids, cache salt and LoRA name, and the gateway computes the same chain from the prompt's
+ids. ``kv_choice`` turns that and the live loads into one replica:
 
 1. replicas within the bounded-load rule of today's policy (load + 1 <= ceil(c x share),
    with the same absolute floor, ``rendezvous.load_bound``) and, when the caller knows how
@@ -26,8 +28,6 @@ simulator (fed by simulated events), the gateway (Redis) and the tests share it.
 """
 from __future__ import annotations
 
-import hashlib
-from array import array
 from typing import Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
@@ -45,28 +45,6 @@ QUEUE_SHARE = 0.03
 SPREAD_SHARE = 0.4
 
 POLICY_NAME = "kv_events"
-
-
-def block_hash_chain(namespace: str, tokens: Sequence[int], block_size: int) -> list[bytes]:
-    """The reference engine's block hashes (``app.engine.prefix_cache`` stores under them and
-    publishes them in ``BlockStored``): sha256 chained from sha256(namespace) over each full
-    block's token ids (parent digest + the ids as uint32 little-endian). ``namespace`` is ``engine_namespace(model or adapter, cache_salt)``,
-    so a LoRA or a tenant's cache salt changes every hash of the chain."""
-    out: list[bytes] = []
-    prev = hashlib.sha256(namespace.encode()).digest()
-    n = len(tokens) // block_size * block_size
-    buf = array("I", tokens[:n]).tobytes()          # uint32 little-endian per token id
-    step = block_size * 4
-    for start in range(0, n * 4, step):
-        prev = hashlib.sha256(prev + buf[start:start + step]).digest()
-        out.append(prev)
-    return out
-
-
-def engine_namespace(model: str, cache_salt: str = "") -> str:
-    """What the reference engine mixes into the first block: the served model or adapter
-    name and the request's ``cache_salt``."""
-    return f"{model}\x00{cache_salt}"
 
 
 def match_counts(chain: Iterable[tuple[Hashable, float]],

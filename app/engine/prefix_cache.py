@@ -6,18 +6,23 @@ vLLM's automatic prefix caching does. An entry holds the per-layer KV of one pro
 block-aligned prefix; any later prompt that shares the first j blocks reuses the first
 j*B positions of that entry.
 
-With ``events`` (``app.engine.kv_events.CacheEvents``) the cache publishes its block
-changes as vLLM's KV events: the hashes it starts to hold (``BlockStored``), the ones it
-no longer holds (``BlockRemoved``) and a clear (``AllBlocksCleared``). The hash chain is
-``app.core.kv_routing.block_hash_chain``, the one the gateway computes to match them.
+The chain starts from a per-process seed, as vLLM's does (``NONE_HASH``: 32 random bytes,
+or derived from PYTHONHASHSEED when it is set), so block hashes mean nothing outside this
+process. With ``events`` (``app.engine.kv_events.CacheEvents``) the cache publishes its
+block changes as vLLM's KV events: the blocks it starts to hold with their token ids
+(``BlockStored``), the ones it no longer holds (``BlockRemoved``) and a clear
+(``AllBlocksCleared``); the KV-event subscriber rebuilds the index's own keys from the
+token ids (``app.core.kv_keys.BlockKeys``), exactly as it does for vLLM.
 """
 from __future__ import annotations
 
+import hashlib
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from app.core.kv_routing import block_hash_chain as block_hashes
+from app.core.kv_keys import block_hash_chain as block_hashes
 
 KV = list[tuple[Any, Any]]  # per layer (keys, values), shape [1, heads, seq, head_dim]
 
@@ -38,6 +43,12 @@ class PrefixCache:
         self._by_hash: dict[bytes, int] = {}
         self._next_id = 0
         self.tokens = 0
+        seed = os.environ.get("PYTHONHASHSEED")
+        self.seed = (hashlib.sha256(seed.encode()).hexdigest() if seed is not None
+                     else os.urandom(32).hex())
+
+    def _hashes(self, namespace: str, tokens: Sequence[int]) -> list[bytes]:
+        return block_hashes(f"{self.seed}\x00{namespace}", tokens, self.block_size)
 
     @property
     def usage(self) -> float:
@@ -47,7 +58,7 @@ class PrefixCache:
         """Longest cached block-aligned prefix, leaving at least one token to compute
         (the model needs the last prompt position's logits). Returns (length, kv)."""
         usable = (len(tokens) - 1) // self.block_size
-        hashes = block_hashes(namespace, tokens[:usable * self.block_size], self.block_size)
+        hashes = self._hashes(namespace, tokens[:usable * self.block_size])
         for j in range(len(hashes), 0, -1):
             entry_id = self._by_hash.get(hashes[j - 1])
             if entry_id is None:
@@ -64,7 +75,7 @@ class PrefixCache:
         n = (len(tokens) // self.block_size) * self.block_size
         if n == 0 or n > self.max_tokens:
             return 0
-        hashes = block_hashes(namespace, tokens[:n], self.block_size)
+        hashes = self._hashes(namespace, tokens[:n])
         known = self._by_hash.get(hashes[-1])
         if known is not None:
             self._entries.move_to_end(known)
@@ -98,8 +109,8 @@ class PrefixCache:
                          [int(t) for t in tokens[start * b:j * b]]))
         stored = set(hashes)
         gone = [h for h in removed if h not in stored]
-        self.events.publish(self.events.removed(gone)
-                            + self.events.stored(runs, namespace.split("\x00", 1)[0]))
+        model, _, salt = namespace.partition("\x00")
+        self.events.publish(self.events.removed(gone) + self.events.stored(runs, model, salt))
 
     def clear(self) -> None:
         """Forget everything (an adapter unload makes its KV stale; unloads are rare)."""

@@ -1,16 +1,19 @@
-"""S03 with ``replica_choice: kv_events``: the prompt's block hashes, computed the engine's
-way, matched against the Redis KV-block index the engines' own events keep
-(``app.contract.kv_index``), then ``app.core.kv_routing.kv_choice``.
+"""S03 with ``replica_choice: kv_events``: the prompt's index keys matched against the
+Redis KV-block index the engines' own events keep (``app.contract.kv_index``), then
+``app.core.kv_routing.kv_choice``.
 
-The engine hashes the token ids of its chat-templated prompt (``app.core.kv_routing.
-block_hash_chain`` under ``engine_namespace(model or adapter, cache_salt)``), so the gateway
-renders the same template with the pool model's own tokenizer. Rendering is cheap;
-tokenizing is not, so the rendered text is cut at the tokenizer's special tokens (which
-the tokenizer never merges across) and each piece's ids are kept in an LRU: a tenant's
-system prompt and tool block, and every earlier turn of a conversation, are tokenized
-once per gateway process. The tokenizer loads off the event loop on first use; until it
-is there, and whenever the index is stale or Redis is out, the choice is today's
-rendezvous (telemetry ``replica_choice``: ``fallback``).
+The index keys are chained hashes of token ids (``app.core.kv_keys.block_hash_chain``
+under ``key_namespace(adapter, cache_salt)``, KEY_TOKENS per key) that the subscriber
+rebuilds from the token ids in each engine's ``BlockStored`` events, so the gateway needs
+the ids the engine sees: it renders the same chat template with the pool model's own
+tokenizer. Rendering is cheap; tokenizing is not, so the rendered text is cut at the
+tokenizer's special tokens (which the tokenizer never merges across) and each piece's ids
+are kept in an LRU: a tenant's system prompt and tool block, and every earlier turn of a
+conversation, are tokenized once per gateway process. The keys of a recent prompt's
+leading blocks are kept too (``ChainCache``), so only the blocks after them are hashed
+(bench/kv_tokenize.py measures all three parts). The tokenizer loads off the event loop on
+first use; until it is there, and whenever the index is stale or Redis is out, the choice
+is today's rendezvous (telemetry ``replica_choice``: ``fallback``).
 """
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ from typing import Any
 
 from app.contract import kv_index
 from app.contract.tokenizers import chat_tokenizer
-from app.core.kv_routing import block_hash_chain, engine_namespace
+from app.core.kv_keys import KEY_TOKENS, ChainCache, key_namespace
 
 log = logging.getLogger(__name__)
 
-BLOCK_TOKENS = 16          # vLLM's and the reference engine's default block size
+BLOCK_TOKENS = KEY_TOKENS  # the index's key size, whatever the engines' block size
 PIECE_CACHE = 4096         # tokenized pieces kept per tokenizer
 
 
@@ -40,6 +43,7 @@ class PromptTokens:
         self.split = re.compile("(" + "|".join(map(re.escape, specials)) + ")") if specials \
             else None
         self.pieces: OrderedDict[str, list[int]] = OrderedDict()
+        self.chains = ChainCache()     # index keys of recent prompts' leading blocks
         self.lock = threading.Lock()
         self.hits = self.misses = 0
 
@@ -115,12 +119,13 @@ def prompt_tokens(model: str) -> PromptTokens | None:
     return None
 
 
-def request_chain(tokens: PromptTokens, body: dict, model: str, salt: str,
-                  block_tokens: int = BLOCK_TOKENS) -> tuple[list[bytes], int]:
-    """(block hashes the engine would look up for this request, prompt tokens)."""
+def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: str
+                  ) -> tuple[list[bytes], int]:
+    """(index keys of the blocks the engine would look up for this request, prompt
+    tokens). ``adapter``: the LoRA adapter that serves it, None for the base model."""
     ids = tokens.prompt_ids(body)
-    usable = (len(ids) - 1) // block_tokens * block_tokens   # the engine's lookup length
-    return block_hash_chain(engine_namespace(model, salt), ids[:usable], block_tokens), len(ids)
+    usable = (len(ids) - 1) // BLOCK_TOKENS * BLOCK_TOKENS   # the engine's lookup length
+    return tokens.chains.chain(key_namespace(adapter, salt), ids[:usable]), len(ids)
 
 
 async def matched_tokens(services, replica_ids: list, chain: list[bytes],

@@ -14,20 +14,21 @@ import zmq
 
 from app.contract import kv_index
 from app.contract.keys import Keys
-from app.core.kv_routing import block_hash_chain, engine_namespace
+from app.core.kv_keys import BlockKeys, block_hash_chain, key_namespace
 from tests.conftest import REDIS_URL
 from tests.engine.conftest import EngineProcess, free_port
 from workers.pools.kv_subscriber import KVSubscriber
 
 
-# -- vLLM's own definitions (vllm/distributed/kv_events.py as its example subscriber copies
-# them; a decoder of this older form ignores the trailing lora_name newer vLLM adds) ------
+# -- vLLM's own definitions (vllm/distributed/kv_events.py since vllm-project/vllm#42892:
+# the batch an array, each event a map tagged by ``type``) ---------------------------------
 class VEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     ts: float
     events: list
+    data_parallel_rank: int | None = None
 
 
-class VKVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
+class VKVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     pass
 
 
@@ -38,11 +39,17 @@ class BlockStored(VKVCacheEvent):
     block_size: int
     lora_id: int | None
     medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
 
 
 class BlockRemoved(VKVCacheEvent):
     block_hashes: list[bytes | int]
     medium: str | None
+    group_idx: int | None = None
 
 
 class AllBlocksCleared(VKVCacheEvent):
@@ -54,6 +61,12 @@ class VKVEventBatch(VEventBatch):
 
 
 VLLM_DECODER = msgspec.msgpack.Decoder(type=VKVEventBatch)
+
+
+def _keys(frames: list[list[bytes]]) -> list[tuple[str, list[bytes]]]:
+    """What the subscriber makes of these frames: the index's own keys."""
+    keys = BlockKeys()
+    return [c for f in frames for c in keys.apply(kv_index.decode_batch(f[2]))]
 
 
 class Events:
@@ -116,6 +129,10 @@ def _prompt(i: int) -> str:
     return f"conversation {i}: " + " ".join(f"w{i}x{j}" for j in range(16))
 
 
+def _own(i: int) -> list[dict]:
+    return [{"role": "system", "content": _prompt(i)}, {"role": "user", "content": "ok?"}]
+
+
 def test_events_are_vllms_wire_format_from_the_real_cache(engine, ports):
     ev = Events(f"tcp://127.0.0.1:{ports[0]}", "kv@tiny-0")
     try:
@@ -126,19 +143,23 @@ def test_events_are_vllms_wire_format_from_the_real_cache(engine, ports):
         topic, seq, payload = frames[0]
         assert topic == b"kv@tiny-0" and len(seq) == 8
         raw = msgspec.msgpack.decode(payload)    # the msgpack structure itself
-        assert isinstance(raw[0], float) and isinstance(raw[1], list)
+        assert isinstance(raw[0], float) and isinstance(raw[1], list) and raw[2] == 0
         stored = raw[1][-1]
-        assert stored[0] == "BlockStored" and len(stored) == 8
-        # tag, hashes, parent, token ids, block size, lora_id, medium, lora_name
-        assert stored[2] is None and stored[4] == 16 and stored[5] is None
-        assert stored[6] == "GPU" and stored[7] is None
-        assert len(stored[3]) == 16 * len(stored[1])
+        assert stored["type"] == "BlockStored" and stored["parent_block_hash"] is None
+        assert stored["block_size"] == 16 and stored["lora_id"] is None
+        assert stored["medium"] == "GPU" and stored["lora_name"] is None
+        assert stored["group_idx"] == 0 and stored["kv_cache_spec_kind"] == "full_attention"
+        assert stored["extra_keys"] == [None] * len(stored["block_hashes"])
+        assert len(stored["token_ids"]) == 16 * len(stored["block_hashes"])
+        assert all(isinstance(h, int) and 0 <= h < 2**64 for h in stored["block_hashes"])
         batch = VLLM_DECODER.decode(payload)     # and vLLM's own decoder reads it
         blocks = batch.events[-1]
         assert isinstance(blocks, BlockStored)
-        # the engine's hashes are the chain the gateway computes from the prompt's tokens
-        assert blocks.block_hashes == block_hash_chain(engine_namespace("tiny"),
-                                                       blocks.token_ids, 16)
+        # the engine's hashes are its own (seeded per process, as vLLM's); the index keys
+        # the subscriber makes of its events are the chain the gateway computes from the
+        # prompt's token ids
+        chain = [h[:8] for h in block_hash_chain(key_namespace(), blocks.token_ids, 16)]
+        assert _keys([frames[0]])[-1] == ("BlockStored", chain)
 
         # a budget of 256 tokens: more prompts evict the first one's blocks
         for i in range(2, 6):
@@ -164,8 +185,17 @@ def test_salted_tenants_share_no_block(engine, ports):
         a, b = stored[-2], stored[-1]
         assert a.token_ids == b.token_ids                     # the same prompt...
         assert not set(a.block_hashes) & set(b.block_hashes)  # ...in different blocks
-        assert a.block_hashes == block_hash_chain(engine_namespace("tiny", "tenant-a"),
-                                                  a.token_ids, 16)
+        assert a.extra_keys[0] == ("tenant-a",) and a.extra_keys[1:] == [None] * (
+            len(a.block_hashes) - 1)                          # the salt, as vLLM puts it
+        # what the subscriber makes of them: each tenant's own keys, none shared
+        runs = [e for f in ev.frames for e in kv_index.decode_batch(f[2])
+                if e.kind == "BlockStored" and e.parent_block_hash is None]
+        (_, keys_a), = BlockKeys().apply([runs[-2]])
+        (_, keys_b), = BlockKeys().apply([runs[-1]])
+        keys_a, keys_b = set(keys_a), set(keys_b)
+        assert keys_a == {h[:8] for h in block_hash_chain(key_namespace(None, "tenant-a"),
+                                                           a.token_ids, 16)}
+        assert keys_a and keys_b and not keys_a & keys_b
     finally:
         ev.close()
 
@@ -203,14 +233,13 @@ class DroppingProxy:
 
 def _engine_blocks(engine_events: list[list[bytes]]) -> set[bytes]:
     held: set[bytes] = set()
-    for f in engine_events:
-        for kind, ids in kv_index.decode_batch(f[2]):
-            if kind == "AllBlocksCleared":
-                held.clear()
-            elif kind == "BlockStored":
-                held |= set(ids)
-            else:
-                held -= set(ids)
+    for kind, ids in _keys(engine_events):
+        if kind == "AllBlocksCleared":
+            held.clear()
+        elif kind == "BlockStored":
+            held |= set(ids)
+        else:
+            held -= set(ids)
     return held
 
 
@@ -237,11 +266,14 @@ def test_a_gap_is_replayed_or_resynced(engine, ports, redis_keys, replayable):
                            "topic": "kv@tiny-0"}])
         time.sleep(0.5)
         for i in range(21, 26):                  # seq first+1 .. first+5; two are lost
-            assert engine.chat(_prompt(i), max_tokens=2).status_code == 200
+            # each conversation's own system prompt: its first block is new, so the
+            # subscriber that joined after the chat template's default block was stored
+            # still places every block (BlockKeys.orphans)
+            assert engine.chat(_own(i), max_tokens=2).status_code == 200
             _pump(sub, 0.3)
         _pump(sub)
         truth.drain()
-        assert sub.stats["gaps"] == 1
+        assert sub.stats["gaps"] == 1 and sub.orphans == 0
         index = {bytes(m) for m in r.smembers(keys.replica_kv_blocks(1))}
         if replayable:
             assert sub.stats["replayed"] == 2 and sub.stats["resyncs"] == 0

@@ -1,21 +1,33 @@
 """S03 with replica_choice kv_events through real gateway processes: the replica whose KV
 blocks (in the Redis index the engines' events keep) cover the prompt wins; two gateway
 processes make the same choice; a stale index falls back to today's rendezvous; the
-gateway's prompt ids are the engine's."""
+gateway's prompt ids are the engine's; events in vLLM's own wire format, with vLLM's own
+per-process block hashes, give index keys the gateway reaches from the prompt (cache salt
+and LoRA included), and tenants with different salts never reach each other's."""
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import pickle
+import time
 
 import httpx
+import msgspec
 import pytest
+import redis as redis_lib
+import zmq
 
 from app.contract import kv_index
 from app.contract.keys import Keys
 from app.contract.tokenizers import chat_tokenizer
 from app.core.rendezvous import ReplicaView, affinity_key, hrw_order
 from app.gateway.kv_route import PromptTokens, request_chain
+from tests.conftest import REDIS_URL
+from tests.engine.conftest import free_port
 from tests.gateway.conftest import make_world, publish_and_wait, wait_for
 from tests.servers import FRONTIER_KEY, Server
+from workers.pools.kv_subscriber import KVSubscriber
 
 MSGS = [{"role": "system", "content": "You sort invoices into ledgers. " * 12},
         {"role": "user", "content": "Invoice 4411 from Acme for 12 chairs, where to?"}]
@@ -40,6 +52,161 @@ def test_prompt_ids_are_the_engines(tokens):
                                                     tokenize=False), add_special_tokens=False)
         assert tokens.prompt_ids(body) == engine
     assert tokens.hits > 0
+
+
+# -- vLLM's structs as vllm/distributed/kv_events.py declares them today (each event a map
+# tagged by "type", vllm-project/vllm#42892) and before that (positional arrays, up to
+# lora_name as in vLLM 0.11) -------------------------------------------------------------
+class VEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list
+    data_parallel_rank: int | None = None
+
+
+class VKVCacheEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    pass
+
+
+class VBlockStored(VKVCacheEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+
+
+class OldEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    ts: float
+    events: list
+
+
+class OldKVCacheEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False,
+                      tag=True):
+    pass
+
+
+class OldBlockStored(OldKVCacheEvent, tag="BlockStored"):
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class VllmProcess:
+    """What one vLLM process publishes for a prompt: its block hashes (hash_block_tokens
+    with the default sha256 over a pickle, from NONE_HASH = 32 random bytes when
+    PYTHONHASHSEED is unset; extra keys LoRA name on every block, cache salt on the first;
+    the low 64 bits on the wire) in BlockStored runs as cache_full_blocks emits them."""
+
+    def __init__(self, block_size: int = 16) -> None:
+        self.none_hash, self.block_size = os.urandom(32), block_size
+
+    def events(self, ids: list[int], cut: int, salt: str | None = None,
+               lora: tuple[str, int] | None = None, old: bool = False) -> list:
+        b, parent, hashes, extra = self.block_size, self.none_hash, [], []
+        for start in range(0, len(ids) // b * b, b):
+            keys = tuple(([lora[0]] if lora else []) + ([salt] if start == 0 and salt else []))
+            parent = hashlib.sha256(pickle.dumps((parent, tuple(ids[start:start + b]),
+                                                  keys or None))).digest()
+            hashes.append(int.from_bytes(parent, "big") & (2**64 - 1))
+            extra.append(keys or None)
+        out = []
+        for lo, hi in ((0, cut), (cut, len(hashes))):     # two scheduler steps
+            fields = dict(block_hashes=hashes[lo:hi],
+                          parent_block_hash=hashes[lo - 1] if lo else None,
+                          token_ids=ids[lo * b:hi * b], block_size=b,
+                          lora_id=lora[1] if lora else None, medium="GPU",
+                          lora_name=lora[0] if lora else None)
+            out.append(OldBlockStored(**fields) if old else VBlockStored(
+                **fields, extra_keys=extra[lo:hi], group_idx=0,
+                kv_cache_spec_kind="full_attention"))
+        return out
+
+
+@pytest.fixture()
+def published(redis_namespace):
+    """A ZMQ PUB socket per replica and the real subscriber indexing what they send."""
+    r = redis_lib.Redis.from_url(REDIS_URL)
+    keys = Keys(f"{redis_namespace}:kvwire{time.monotonic_ns()}")
+    ctx, sub = zmq.Context(), KVSubscriber(r, keys)
+    pubs: dict[int, zmq.Socket] = {}
+    seqs: dict[int, int] = {}
+
+    def send(replica: int, batch) -> None:
+        if replica not in pubs:
+            port = free_port()
+            pubs[replica] = ctx.socket(zmq.PUB)
+            pubs[replica].bind(f"tcp://127.0.0.1:{port}")
+            sub.set_replicas([*sub.replicas.values(), {
+                "id": replica, "endpoint": f"tcp://127.0.0.1:{port}", "topic": "kv"}])
+            time.sleep(0.3)                                  # the SUB socket joins
+        seq = seqs[replica] = seqs.get(replica, -1) + 1
+        pubs[replica].send_multipart((b"kv", seq.to_bytes(8, "big"),
+                                      msgspec.msgpack.encode(batch)))
+        end = time.monotonic() + 5
+        while sub.stats["batches"] < sum(s + 1 for s in seqs.values()) and \
+                time.monotonic() < end:
+            sub.poll(50)
+    try:
+        yield r, keys, send
+    finally:
+        for sock in pubs.values():
+            sock.close(0)
+        sub.close()
+        ctx.term()
+        for key in r.scan_iter(f"{keys.ns}:*"):
+            r.delete(key)
+
+
+def test_vllm_wire_events_give_the_keys_the_gateway_hashes(tokens, published):
+    r, keys, send = published
+    body = {"messages": MSGS}
+    ids = tokens.prompt_ids(body)           # the engine's ids (test above)
+    full = (len(ids) - 1) // 16 * 16        # what the engine can reuse of this prompt
+    first = VllmProcess().events(ids, 2, salt="tenant-a")
+    send(1, VEventBatch(ts=time.time(), data_parallel_rank=0, events=first))
+    send(2, VEventBatch(ts=time.time(), data_parallel_rank=0,
+                        events=VllmProcess().events(ids, 3, salt="tenant-a",
+                                                    lora=("sql-lora", 1))))
+    send(3, OldEventBatch(ts=time.time(), events=VllmProcess().events(ids, 1, old=True)))
+
+    def matched(adapter, salt):
+        chain, _ = request_chain(tokens, body, adapter, salt)
+        return kv_index.read_matched(r, keys, [1, 2, 3], chain, 16)
+    assert matched(None, "tenant-a") == {1: full}
+    assert matched("sql-lora", "tenant-a") == {2: full}
+    # vLLM before extra_keys publishes no salt: its blocks index as unsalted
+    assert matched(None, "") == {3: full}
+    # the index holds its own keys, not the engine's hashes
+    held = {bytes(m) for m in r.smembers(keys.replica_kv_blocks(1))}
+    assert len(held) == len(ids) // 16
+    assert not held & {h.to_bytes(8, "big") for e in first for h in e.block_hashes}
+
+
+def test_tenants_with_different_salts_never_match_each_others_blocks(tokens, published):
+    r, keys, send = published
+    body = {"messages": MSGS}
+    ids = tokens.prompt_ids(body)
+    full = (len(ids) - 1) // 16 * 16
+    for replica, salt in ((1, "tenant-a"), (2, "tenant-b")):
+        send(replica, VEventBatch(ts=time.time(), data_parallel_rank=0,
+                                  events=VllmProcess().events(ids, 2, salt=salt)))
+    for salt, home in (("tenant-a", 1), ("tenant-b", 2)):
+        chain, _ = request_chain(tokens, body, None, salt)
+        assert kv_index.read_matched(r, keys, [1, 2], chain, 16) == {home: full}
+    chain, _ = request_chain(tokens, body, None, "tenant-c")
+    assert kv_index.read_matched(r, keys, [1, 2], chain, 16) == {}
+    chain, _ = request_chain(tokens, body, None, "")
+    assert kv_index.read_matched(r, keys, [1, 2], chain, 16) == {}
 
 
 def _send(url: str, key: str, session: str) -> str:
@@ -73,7 +240,7 @@ def test_kv_events_choice_is_shared_by_two_gateways_and_falls_back_when_stale(
 
     # the blocks the engine would store for this prompt, on the replica rendezvous does
     # NOT pick, as the subscriber writes them
-    chain, _ = request_chain(tokens, {"messages": MSGS}, "tiny-served", salt)
+    chain, _ = request_chain(tokens, {"messages": MSGS}, None, salt)
     assert len(chain) > 4
     kv_index.apply_events(redis_client, keys, other.id, [("BlockStored", chain)], seq=0)
     kv_index.apply_events(redis_client, keys, home, [], seq=0)

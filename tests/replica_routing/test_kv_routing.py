@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from app.core.kv_routing import (block_hash_chain, engine_namespace, kv_choice,
-                                 match_counts)
+from app.core.kv_keys import block_hash_chain, key_namespace
+from app.core.kv_routing import kv_choice, match_counts
 from app.core.prefix_sim import RadixLRU, SimParams, simulate
 from app.core.rendezvous import ReplicaView, sluice_choice
 from app.replica_routing.workload import shaped_workload
@@ -58,9 +58,9 @@ def test_match_walks_the_chain_while_a_replica_holds_every_block():
 
 def test_salt_and_adapter_change_every_block_hash():
     toks = list(range(64))
-    plain = block_hash_chain(engine_namespace("m"), toks, 16)
-    salted = block_hash_chain(engine_namespace("m", "tenant-a"), toks, 16)
-    lora = block_hash_chain(engine_namespace("adapter-1"), toks, 16)
+    plain = block_hash_chain(key_namespace(), toks, 16)
+    salted = block_hash_chain(key_namespace(None, "tenant-a"), toks, 16)
+    lora = block_hash_chain(key_namespace("adapter-1"), toks, 16)
     assert len(plain) == 4 and not set(plain) & set(salted) and not set(plain) & set(lora)
 
 

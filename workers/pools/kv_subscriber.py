@@ -2,14 +2,18 @@
 
 One per node (or per pool): a SUB socket per replica (``{"id", "endpoint", "replay",
 "topic"}``, from ``vllm_cmd.kv_event_endpoints``), each batch applied to
-``app.contract.kv_index`` in order. Sequence numbers are checked per replica:
+``app.contract.kv_index`` in order. The engine's block hashes are turned into the index's
+own keys by a ``app.core.kv_keys.BlockKeys`` per replica (rebuilt from the token ids,
+LoRA name and cache salt the events carry), so the gateway can compute them from a prompt
+whatever hash and seed the engine uses. Sequence numbers are checked per replica:
 
 - a gap (seq > last + 1) asks the replica's replay socket for the missed batches (vLLM's
   ROUTER protocol: send the first missed seq, receive ``(seq, payload)`` up to an end
   marker of seq -1); if the replay does not cover the gap, the replica's index is dropped
-  and rebuilt from its next events (counted as a resync);
-- a seq that goes back (the engine restarted: its cache is empty, its seq restarts at 0)
-  drops the replica's index;
+  and rebuilt from its next events (counted as a resync; the hash translations are kept,
+  as the engine process is the same);
+- a seq that goes back (the engine restarted: its cache is empty, its seq restarts at 0,
+  its block hashes are new) drops the replica's index and translations;
 - ``set_replicas`` without a replica (it died or was stopped) drops its blocks at once.
 
 ``run`` heartbeats every replica's index entries once a second; when the subscriber
@@ -25,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from app.contract import kv_index
 from app.contract.keys import Keys
+from app.core.kv_keys import BlockKeys
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +46,7 @@ class KVSubscriber:
         self.socks: dict[Any, Any] = {}          # replica id -> SUB socket
         self.replicas: dict[Any, Mapping] = {}
         self.last_seq: dict[Any, int] = {}
+        self.block_keys: dict[Any, BlockKeys] = {}
         self.poller = zmq.Poller()
         self.stats = {"batches": 0, "gaps": 0, "replayed": 0, "resyncs": 0, "restarts": 0}
 
@@ -60,6 +66,7 @@ class KVSubscriber:
             sock.setsockopt(zmq.SUBSCRIBE, str(rep.get("topic") or "").encode())
             sock.connect(rep["endpoint"])
             self.socks[rid], self.replicas[rid] = sock, dict(rep)
+            self.block_keys[rid] = BlockKeys()
             self.poller.register(sock, zmq.POLLIN)
             # the replica's index starts empty: what it holds now arrives as stored events
             kv_index.forget(self.redis, self.keys, rid)
@@ -70,7 +77,18 @@ class KVSubscriber:
         sock.close(0)
         self.replicas.pop(rid, None)
         self.last_seq.pop(rid, None)
+        self.block_keys.pop(rid, None)
         kv_index.forget(self.redis, self.keys, rid)
+
+    @property
+    def orphans(self) -> int:
+        """Stored blocks not placed because their parent came before this subscriber."""
+        return sum(k.orphans for k in self.block_keys.values())
+
+    def _resync(self, rid: Any) -> None:
+        self.stats["resyncs"] += 1
+        kv_index.forget(self.redis, self.keys, rid, resync=True)
+        self.block_keys.setdefault(rid, BlockKeys()).forget_held()
 
     # -- events ------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 100) -> int:
@@ -99,6 +117,7 @@ class KVSubscriber:
             # seq went back: the engine restarted (a new publisher counts from 0)
             self.stats["restarts"] += 1
             kv_index.forget(self.redis, self.keys, rid, resync=True)
+            self.block_keys[rid] = BlockKeys()
         elif last is not None and seq > last + 1:
             self.stats["gaps"] += 1
             applied += self._replay(rid, last + 1, seq)
@@ -106,14 +125,16 @@ class KVSubscriber:
         return applied + 1
 
     def _apply(self, rid: Any, seq: int, payload: bytes) -> None:
+        block_keys = self.block_keys.setdefault(rid, BlockKeys())
+        orphans = block_keys.orphans
         try:
-            events = kv_index.decode_batch(payload)
+            changes = block_keys.apply(kv_index.decode_batch(payload))
         except Exception as exc:  # noqa: BLE001 - one bad batch: resync, do not stop
             log.warning("replica %s: undecodable KV event batch %s: %s", rid, seq, exc)
-            kv_index.forget(self.redis, self.keys, rid, resync=True)
-            self.stats["resyncs"] += 1
-            events = []
-        kv_index.apply_events(self.redis, self.keys, rid, events, seq)
+            self._resync(rid)
+            changes = []
+        kv_index.apply_events(self.redis, self.keys, rid, changes, seq,
+                              orphans=block_keys.orphans - orphans)
         self.last_seq[rid] = seq
         self.stats["batches"] += 1
 
@@ -144,8 +165,7 @@ class KVSubscriber:
         if len(got) != upto - first:
             log.warning("replica %s: replay of %d..%d returned %d batches; resync", rid,
                         first, upto - 1, len(got))
-            self.stats["resyncs"] += 1
-            kv_index.forget(self.redis, self.keys, rid, resync=True)
+            self._resync(rid)
             return 0
         for s in range(first, upto):
             self._apply(rid, s, got[s])

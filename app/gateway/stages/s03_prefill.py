@@ -92,10 +92,9 @@ async def _kv_events(ctx: RequestContext, views: list):
     if tokens is not None:
         body = ctx.upstream_body or ctx.body
         arm = adapters.choice(ctx)       # the adapter the chosen replicas all hold, if any
-        model = (arm[0] if arm and any(v.id in arm[1] for v in views)
-                 else ctx.snapshot.served_model(ctx.tier))
+        adapter = arm[0] if arm and any(v.id in arm[1] for v in views) else None
         try:
-            chain, prompt = kv_route.request_chain(tokens, body, model, salt(ctx) or "")
+            chain, prompt = kv_route.request_chain(tokens, body, adapter, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
     routed = None
