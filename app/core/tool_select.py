@@ -7,7 +7,8 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
   called earlier in the conversation, and the tenant's pinned tools (never dropped, even
   past ``k``);
 - then the best scored, at least ``k`` and up to ``k_max``: past ``k`` only those within
-  ``margin`` of the best (a request that matches several tools alike gets them all). The
+  ``margin`` of the best (a request that matches several tools alike gets them all), and
+  more (``k_low``) on a first turn whose best score is low (a confidence rule). The
   score is the best cosine of the conversation's user turns to any one field of the tool
   (its name, each sentence of its description the catalogue does not repeat, each
   parameter; ``tool_fields``; the caller computes it), plus a share of ``lexical_scores``
@@ -179,6 +180,21 @@ def lexical_scores(query: str, tools: Sequence[Mapping[str, Any]]) -> list[float
     return out
 
 
+_CLAUSE = re.compile(r"(?<=[.?!;:])\s+|\s+(?:and then|then|and)\s+")
+CLAUSE_MIN_CHARS = 9
+
+
+def query_clauses(query: str) -> list[str]:
+    """The parts of a request a multi-step ask joins ("find it and show me the full
+    text", "Check online and remind me"): split at sentence ends, ``;``/``:`` and
+    "and"/"then"; parts shorter than ``CLAUSE_MIN_CHARS`` dropped; [] when the request is
+    one part. Each is scored on its own as well, so one step's tool is not drowned by the
+    other's words."""
+    parts = [p.strip() for p in _CLAUSE.split(query) if p and p.strip()]
+    parts = [p for p in parts if len(p) >= CLAUSE_MIN_CHARS]
+    return parts if len(parts) > 1 or (parts and parts[0] != query.strip()) else []
+
+
 def called_names(messages: Iterable[Mapping[str, Any]]) -> list[str]:
     """Tools called earlier in the conversation (assistant ``tool_calls`` and the legacy
     ``function_call``), in order of first call."""
@@ -233,7 +249,8 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  companion_weight: float = 0.2, companion_of: int = 2,
                  k_max: int | None = None, margin: float = 0.0,
                  prerequisite: Mapping[str, Sequence[str]] | None = None,
-                 consumer_weight: float = 0.2) -> Selection:
+                 consumer_weight: float = 0.2, low: float | None = None,
+                 k_low: int = 0, margin_low: float | None = None) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
@@ -243,7 +260,10 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     tools get ``companion_weight`` more (a customer lookup before an invoice). The ``k``
     best scored go, then up to ``k_max`` (default ``k``) those within ``margin`` of the
     best. ``prerequisite`` (``prerequisites``): the lookups of every tool sent go too,
-    and a tool whose lookup was called gets ``consumer_weight`` more."""
+    and a tool whose lookup was called gets ``consumer_weight`` more. ``low``: when the
+    best score is under it and no tool has been called yet (nothing matches the request
+    well, so the ranking below the top is noise), up to ``k_low`` go, those within
+    ``margin_low`` of the best."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     called = called_names(messages)
@@ -269,6 +289,9 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  for i, s in enumerate(score)]
     ranked = sorted(range(len(tools)), key=lambda i: (-score[i], i))
     k_max = max(k, k_max or k)
+    if low is not None and not called and ranked and score[ranked[0]] < low:
+        k_max = max(k_max, k_low)
+        margin = margin if margin_low is None else margin_low
     picked: list[str] = []
     for i in ranked:
         if len(picked) >= k_max or (len(picked) >= k and score[i] < score[ranked[0]] - margin):

@@ -80,21 +80,38 @@ def field_vectors(tools: list[dict]) -> list:
     return [np.stack([found[f] for f in fs]) for fs in fields]
 
 
-def similarity(tools: list[dict], query: str, qvec) -> list[float]:
-    """Per tool: the best cosine of the query to one of its fields plus
-    ``SECOND_FIELD_WEIGHT`` times the mean of its best two (a tool two of whose fields
-    match beats one with a single lucky field), plus ``LEXICAL_WEIGHT`` times its name
-    words in the query (``lexical_scores``)."""
+def _similarity(fields: list, query: str, qvec, tools: list[dict]) -> list[float]:
     import numpy as np
 
     from app.core.tool_select import lexical_scores
-    lexical = lexical_scores(query, tools)
     out = []
-    for vecs, lex in zip(field_vectors(tools), lexical):
+    for vecs, lex in zip(fields, lexical_scores(query, tools)):
         cos = np.sort(vecs @ qvec)
         out.append(float(cos[-1] + SECOND_FIELD_WEIGHT * cos[-2:].mean())
                    + LEXICAL_WEIGHT * lex)
     return out
+
+
+def similarity(tools: list[dict], query: str, qvec, clauses: list | None = None
+               ) -> list[float]:
+    """Per tool: the best cosine of the query to one of its fields plus
+    ``SECOND_FIELD_WEIGHT`` times the mean of its best two (a tool two of whose fields
+    match beats one with a single lucky field), plus ``LEXICAL_WEIGHT`` times its name
+    words in the query (``lexical_scores``); the best of that over the whole request and
+    each of its ``clauses`` ((text, unit vector) pairs, ``query_clauses``)."""
+    fields = field_vectors(tools)
+    out = _similarity(fields, query, qvec, tools)
+    for text, vec in clauses or ():
+        out = [max(a, b) for a, b in zip(out, _similarity(fields, text, vec, tools))]
+    return out
+
+
+def clause_vectors(query: str) -> list:
+    """(clause, unit vector) for each part of a multi-step request (``query_clauses``)."""
+    from app.contract.cache.embedding import embed_many
+    from app.core.tool_select import query_clauses
+    parts = query_clauses(query)
+    return list(zip(parts, embed_many(parts))) if parts else []
 
 
 class WorkflowMemory:
@@ -140,21 +157,28 @@ LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
 # scoring's second-field share. Chosen on the bench's days 1-3 (round 1 on day 1 alone,
 # day 3 held out; round 2 on days 1-3, day 4 held out): bench/results/agent_tools.txt
 K_EXTRA, MARGIN, SECOND_FIELD_WEIGHT = 2, 0.15, 0.3
+# confidence rule: on a first turn whose best score is under LOW_SCORE, up to K_LOW_EXTRA
+# tools past k within MARGIN_LOW of the best. Round 3, chosen on days 1-4 at k=4 (score
+# 0.4/0.45/0.5 x 8/10/12 tools in all x margin 0.15/0.25/1.0 tried); days 5 and 6 held
+# out: bench/results/agent_tools.txt
+LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 
 
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
-               memory: WorkflowMemory) -> Selection:
-    """The selection for a conversation whose user turns ``query`` embed as ``qvec``,
-    learning from it into ``memory`` under ``key`` (the gateway's and the bench's)."""
+               memory: WorkflowMemory, clauses: list | None = None) -> Selection:
+    """The selection for a conversation whose user turns ``query`` embed as ``qvec``
+    (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
+    under ``key`` (the gateway's and the bench's)."""
     from app.core.tool_select import called_names, learned_tools
-    sims = similarity(tools, query, qvec)
+    sims = similarity(tools, query, qvec, clauses)
     learned = learned_tools(qvec, memory.entries(key), min_similarity=LEARNED_MIN_SIMILARITY)
     co_called = memory.co_called(key)
     memory.learn(key, query, qvec, called_names(messages))
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
-                        margin=MARGIN, prerequisite=prerequisites(tools))
+                        margin=MARGIN, prerequisite=prerequisites(tools), low=LOW_SCORE,
+                        k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW)
 
 
 def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
@@ -171,7 +195,7 @@ def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> 
     return select_for(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                       qvec=qvec, query=query,
                       key=((ctx.tenant or {}).get("id"), ctx.workflow_signature),
-                      memory=memory)
+                      memory=memory, clauses=clause_vectors(query))
 
 
 def choose(ctx: RequestContext) -> dict:

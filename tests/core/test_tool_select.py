@@ -103,3 +103,23 @@ def test_a_sent_tool_brings_its_lookup_and_a_called_lookup_lifts_its_consumers()
     sel = select_tools(CATALOGUE, looked, "auto", k=1, pinned=[], similarity=sims,
                        prerequisite=pre, consumer_weight=0.2)
     assert sel.reasons == {"search_emails": "called", "read_email": "similar"}
+
+
+def test_a_multi_step_request_is_split_into_its_clauses():
+    from app.core.tool_select import query_clauses
+    assert query_clauses("When does registration close? Check online and remind me the "
+                         "day before.") == ["When does registration close?", "Check online",
+                                            "remind me the day before."]
+    assert query_clauses("Do it; then go") == []                 # parts under 9 chars
+    assert query_clauses("What time is it in Singapore?") == []
+
+
+def test_a_low_best_score_on_a_first_turn_sends_more_within_the_wider_margin():
+    sims = [0.40, 0.38, 0.30, 0.20, 0.10]
+    kw = dict(k=1, pinned=[], similarity=sims, low=0.45, k_low=4, margin_low=0.15)
+    sel = select_tools(TOOLS, [], "auto", **kw)
+    assert sel.names == {"zeta", "alpha", "mid"}                # 0.20 is past the margin
+    sel = select_tools(TOOLS, [], "auto", **{**kw, "similarity": [0.9, 0.85, 0.8, 0, 0]})
+    assert sel.names == {"zeta"}                                 # confident: k only
+    sel = select_tools(TOOLS, CALLED, "auto", **kw)
+    assert sel.names == {"zeta", "gamma"}                        # a tool was called: k only
