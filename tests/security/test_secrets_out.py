@@ -51,7 +51,8 @@ def test_ops_cannot_point_a_tier_at_an_external_host_or_change_its_key(app):
     assert db.session.get(Tier, tier.id).endpoint_url == "https://attacker.example/v1"
     service.save_tier(admin, {**ok, "endpoint_url": "https://llm.example/v1"}, tier.id)
     audits = list(db.session.scalars(db.select(AuditLog).where(
-        AuditLog.action == "tier.upstream_change", AuditLog.entity_id == str(tier.id))))
+        AuditLog.action == "tier.upstream_change", AuditLog.entity_id == str(tier.id))
+        .order_by(AuditLog.id)))   # no ORDER BY: PostgreSQL may return them in any order
     assert [a.after["endpoint_url"] for a in audits] == ["https://attacker.example/v1",
                                                           "https://llm.example/v1"]
     assert audits[-1].before["endpoint_url"] == "https://attacker.example/v1"
