@@ -20,7 +20,7 @@ Faults, at fixed fractions of the run:
 Printed: requests sent, answers, errors by kind, ledger rows vs answered requests (from
 PostgreSQL once the ledger has drained: answered ids missing from the ledger, duplicate
 request ids), the supervisor's restarts, and each process's resident memory (its whole
-process group) at the start and the end.
+process group) at the start and the end, and every tenth of the run in between.
 """
 from __future__ import annotations
 
@@ -360,8 +360,15 @@ class Faults:
         self.seconds = seconds
         self.done: list[str] = []
         self.killed_engine = 0
+        # memory every tenth of the run: growth that stops after the first requests is
+        # warm-up (weights paged in, allocator pools); growth that keeps going is a leak
+        self.samples: list[tuple[float, dict[str, tuple[int, float]]]] = []
+        self.sample_at = [k / 10 for k in range(1, 10)]
 
     async def tick(self, elapsed: float) -> None:
+        while self.sample_at and elapsed >= self.sample_at[0] * self.seconds:
+            self.sample_at.pop(0)
+            self.samples.append((elapsed, await asyncio.to_thread(self.s.memory)))
         while self.plan and elapsed >= self.plan[0][0] * self.seconds:
             frac, what, fn = self.plan.pop(0)
             detail = await fn()
@@ -458,6 +465,20 @@ def main() -> int:
             fa = f"{a[1]:7.1f} (pid {a[0]})" if a else "      -"
             fb = f"{b[1]:7.1f} (pid {b[0]})" if b else "      -"
             print(f"  {role:22s} {fa:>22s} -> {fb}")
+        series = [(0.0, mem0), *faults.samples, (args.seconds, mem1)]
+        print("memory over the run (MiB; * = a new pid, after a fault)")
+        print("  " + " " * 22 + "".join(f"{f't={t:.0f}s':>9s}" for t, _ in series))
+        for role in sorted(set(mem0) | set(mem1)):
+            cells, pid = [], None
+            for _, m in series:
+                v = m.get(role)
+                if v is None:
+                    cells.append(f"{'-':>9s}")
+                    continue
+                mark = "*" if pid is not None and v[0] != pid else " "
+                pid = v[0]
+                cells.append(f"{v[1]:8.1f}{mark}")
+            print(f"  {role:22s}" + "".join(cells))
         return 0 if not (answered - ids) and rows == len(ids) else 1
     finally:
         system.stop()
