@@ -17,6 +17,7 @@ from app.contract.keys import Keys
 from app.core.kv_keys import BlockKeys, block_hash_chain, key_namespace
 from tests.conftest import REDIS_URL
 from tests.engine.conftest import EngineProcess, free_port
+from tests.replica_routing.test_block_keys import _held
 from workers.pools.kv_subscriber import KVSubscriber
 
 
@@ -232,15 +233,7 @@ class DroppingProxy:
 
 
 def _engine_blocks(engine_events: list[list[bytes]]) -> set[bytes]:
-    held: set[bytes] = set()
-    for kind, ids in _keys(engine_events):
-        if kind == "AllBlocksCleared":
-            held.clear()
-        elif kind == "BlockStored":
-            held |= set(ids)
-        else:
-            held -= set(ids)
-    return held
+    return _held(_keys(engine_events))
 
 
 def _pump(sub: KVSubscriber, seconds: float = 1.0) -> None:

@@ -69,6 +69,18 @@ class World:
             LedgerEntry.tenant_id == self.tenant.id).order_by(LedgerEntry.id)))
 
 
+def off_path_gateway(app_config, tmp_path_factory, name: str, **config) -> Server:
+    """A gateway of its own with extra config (the session's shared one keeps off-path
+    work such as exploration and cache verification off, so tests that count rows see none)."""
+    import json
+    cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
+           "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
+           "QDRANT_PATH": str(tmp_path_factory.mktemp(f"{name}-qdrant")),
+           "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp(f"{name}-spool")), **config}
+    return Server("gateway", json.dumps(cfg), env={"SLUICE_PROVIDER_KEY_FRONTIER": FRONTIER_KEY},
+                  log_dir=tmp_path_factory.mktemp("logs"))
+
+
 def make_world(app, gateway: Server, replica_urls: list[str], frontier_url: str,
                policy: dict | None = None, tier_timeout: float = 30.0,
                tier2_urls: list[str] | None = None) -> World:

@@ -9,7 +9,6 @@ long one is one it gets wrong. The shared test gateway runs with exploration off
 (TestConfig); this module starts one with it on."""
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 
 import httpx
@@ -17,7 +16,7 @@ import pytest
 
 from app.contract import budget as rb
 from app.core.costing import to_micro
-from tests.gateway.conftest import (FRONTIER_KEY, Server, make_world, publish_and_wait,
+from tests.gateway.conftest import (Server, make_world, off_path_gateway, publish_and_wait,
                                     wait_for)
 
 WORKFLOW = "explored-workflow"
@@ -36,13 +35,7 @@ def novice(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def explore_gateway(app_config, tmp_path_factory):
-    cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
-           "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
-           "QDRANT_PATH": str(tmp_path_factory.mktemp("explore-qdrant")),
-           "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp("explore-spool")),
-           "GATEWAY_EXPLORE_MAX_INFLIGHT": 4}
-    s = Server("gateway", json.dumps(cfg), env={"SLUICE_PROVIDER_KEY_FRONTIER": FRONTIER_KEY},
-               log_dir=tmp_path_factory.mktemp("logs"))
+    s = off_path_gateway(app_config, tmp_path_factory, "explore", GATEWAY_EXPLORE_MAX_INFLIGHT=4)
     yield s
     s.stop()
 

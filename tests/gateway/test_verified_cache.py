@@ -11,7 +11,6 @@ echoes the first 12 words of the question, so a reworded question gets another a
 (disagreement), unless both share their first 12 words (agreement)."""
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 from app.contract import budget as rb
 from app.core.cache_bound import bin_of
 from app.core.costing import to_micro
-from tests.gateway.conftest import FRONTIER_KEY, Server, make_world, wait_for
+from tests.gateway.conftest import make_world, off_path_gateway, wait_for
 
 SYSTEM = {"role": "system", "content": "You answer geography questions."}
 ASK = [SYSTEM, {"role": "user", "content": "What is the capital city of France?"}]
@@ -83,13 +82,7 @@ def test_paraphrases_get_only_verified_answers(app, gateway, fake_replicas, fron
 def verify_gateway(app_config, tmp_path_factory):
     """A gateway with cache verification on (the session's shared one runs with it off,
     like exploration, so that sampled hits add no rows to tests that count them)."""
-    cfg = {"REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
-           "GATEWAY_SNAPSHOT_POLL_S": 0.1, "GATEWAY_MAX_BODY_BYTES": 64 * 1024,
-           "QDRANT_PATH": str(tmp_path_factory.mktemp("verify-qdrant")),
-           "GATEWAY_LEDGER_SPOOL_DIR": str(tmp_path_factory.mktemp("verify-spool")),
-           "GATEWAY_CACHE_VERIFY_MAX_INFLIGHT": 4}
-    s = Server("gateway", json.dumps(cfg), env={"SLUICE_PROVIDER_KEY_FRONTIER": FRONTIER_KEY},
-               log_dir=tmp_path_factory.mktemp("logs"))
+    s = off_path_gateway(app_config, tmp_path_factory, "verify", GATEWAY_CACHE_VERIFY_MAX_INFLIGHT=4)
     yield s
     s.stop()
 
