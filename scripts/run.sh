@@ -61,8 +61,12 @@ stop_groups() {  # stop_groups GRACE_S PGID...: SIGTERM each group, SIGKILL what
   done
   for g in "$@"; do kill -KILL -- "-$g" 2>/dev/null || true; done
 }
-cleanup() {
-  trap - EXIT INT TERM
+cleanup() {   # cleanup [STATUS]: stop everything, then exit with STATUS (default: the last one)
+  local rc=${1:-$?}
+  # a second Ctrl-C while stopping must not cut the stop short (and leave engines behind);
+  # the commands below inherit the ignore, so flask stop-engines finishes too
+  trap '' INT TERM
+  trap - EXIT
   echo "run: stopping"
   # the worker first (its supervisor would restart engines), then the engines it started
   # (detached on purpose, so a worker restart does not stop serving), then the rest
@@ -74,8 +78,13 @@ cleanup() {
   wait 2>/dev/null || true
   rm -f "$owned"
   echo "run: stopped"
+  # exit here, not back into the interrupted `wait -n`: in a full test run bash was seen
+  # alive for minutes after this line when the trap returned instead
+  exit "$rc"
 }
-trap cleanup EXIT INT TERM
+trap 'cleanup 130' INT
+trap 'cleanup 143' TERM
+trap cleanup EXIT
 
 if ! $py -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null; then
   port="$($py -c "import os,urllib.parse as u; print(u.urlparse(os.environ['SLUICE_REDIS_URL']).port or 6379)")"

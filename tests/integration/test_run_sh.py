@@ -110,6 +110,20 @@ def _cmd(pid: int) -> str:
         return "?"
 
 
+def _state(pid: int) -> str:
+    """What a process that will not exit is doing: state, kernel wait channel, signal
+    masks, and its children."""
+    try:
+        status = {k: v.strip() for k, v in (line.split(":", 1) for line in
+                  Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)}
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"pid {pid}: {exc}"
+    kids = [(p, _cmd(p)) for p in procs.descendants(pid)]
+    return (f"pid {pid} state {status.get('State')} wchan {wchan} SigBlk {status.get('SigBlk')} "
+            f"SigIgn {status.get('SigIgn')} SigCgt {status.get('SigCgt')} children {kids}")
+
+
 def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
     taken: set[int] = set()
     console, gateway, frontier, redis_port = _free_ports(4, taken=taken)
@@ -165,7 +179,11 @@ def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
         assert {console, gateway, frontier, pool, pool + 10, redis_port} <= ports
 
         run.send_signal(signal.SIGINT)
-        rc = run.wait(timeout=180)
+        try:
+            rc = run.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"run.sh still running 180 s after SIGINT: {_state(run.pid)}\n"
+                        + (tmp_path / "run.sh.out").read_text()[-3000:])
         out = (tmp_path / "run.sh.out").read_text()
         assert "run: stopped" in out, out[-3000:]
         time.sleep(0.5)
