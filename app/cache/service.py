@@ -1,6 +1,7 @@
 """The cache as the control plane uses it: the app's store, and audited invalidation."""
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from flask import current_app
@@ -60,11 +61,29 @@ def invalidate_cache(user, tenant_id: int | None = None, workflow: str | None = 
 QUALITY_DAYS = 7
 
 
+def verification_cost(tenant_ids: list[int], since) -> dict[tuple[int, str], tuple[int, Decimal]]:
+    """What sampled cache verification cost since ``since``, per (tenant, workflow): the
+    runs and the exact sum of their ``cache_verify`` ledger rows (``app.gateway.
+    cache_verify``; off the path, so on no budget or FinOps total)."""
+    from sqlalchemy import func, select
+
+    from app.ledger.models import LedgerEntry
+    q = (select(LedgerEntry.tenant_id, LedgerEntry.workflow, func.count(),
+                func.coalesce(func.sum(LedgerEntry.cost_usd), 0))
+         .where(LedgerEntry.at >= since, LedgerEntry.tenant_id.in_(tenant_ids),
+                LedgerEntry.kind == "cache_verify")
+         .group_by(LedgerEntry.tenant_id, LedgerEntry.workflow))
+    return {(tenant_id, workflow or ""): (int(n), Decimal(cost))
+            for tenant_id, workflow, n, cost in db.session.execute(q)}
+
+
 def cache_quality(user) -> list[dict]:
     """Per tenant and workflow the user may see: requests and hits over the last
     QUALITY_DAYS days (the ledger), hits by how they were judged, verification evidence
     (the measured error of verified-path candidates with its 95% interval), the tenant's
-    bound and line, and evictions (the verified cache's Redis counters)."""
+    bound and line, evictions (the verified cache's Redis counters), and what the sampled
+    verification runs cost (``verify_cost``: an exact Decimal, shown with
+    ``costing.format_usd`` as FinOps shows its cache-verification line)."""
     from datetime import timedelta
 
     from sqlalchemy import func, select
@@ -95,9 +114,10 @@ def cache_quality(user) -> list[dict]:
             stats[(int(r["tenant"]), r["workflow"])] = r
         except ValueError:
             continue
+    verify = verification_cost(list(tenants), since)
     out = []
     policies: dict[int, dict] = {}
-    for key in sorted(set(counts) | {k for k in stats if k[0] in tenants}):
+    for key in sorted(set(counts) | set(verify) | {k for k in stats if k[0] in tenants}):
         tenant_id, workflow = key
         pol = policies.setdefault(tenant_id, effective_policy(tenant_id))
         c = counts.get(key, {"requests": 0, "exact": 0, "semantic": 0})
@@ -119,5 +139,7 @@ def cache_quality(user) -> list[dict]:
             "share_verified": st.get("hits_verified", 0) / semantic if semantic else None,
             "checked": n, "wrong": k, "error": rate if n else None, "error_low": lo,
             "error_high": hi if n else None, "bound": bound, "line": line,
-            "verified_entries": st.get("verified", 0), "evicted": st.get("evicted", 0)})
+            "verified_entries": st.get("verified", 0), "evicted": st.get("evicted", 0),
+            "verify_runs": verify.get(key, (0, Decimal(0)))[0],
+            "verify_cost": verify.get(key, (0, Decimal(0)))[1]})
     return out

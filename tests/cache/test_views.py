@@ -174,3 +174,40 @@ def test_cache_page_shows_the_verified_cache_per_tenant_and_workflow(app, redis_
     assert "25.00%" in row                            # 1 of 4 checked disagreed
     assert "0.10%" in row                             # the default bound
     assert ">1</td>" in row                           # evictions, verifier hits
+
+
+def test_cache_page_shows_what_sampled_verification_cost_per_workflow(app):
+    """The ``cache_verify`` ledger rows of the last 7 days summed per tenant and workflow,
+    shown to the micro-dollar as FinOps shows money; other kinds, other workflows and older
+    rows stay out, and a workflow with only verification runs still gets its row."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from app.core.costing import format_usd
+    from app.ledger.models import LedgerEntry
+    from app.models_base import utcnow
+    tenant = TenantFactory()
+    db.session.commit()
+
+    def book(i, kind, workflow, cost, days_ago=0):
+        db.session.add(LedgerEntry(request_id=f"v22-{tenant.id}-{i}", kind=kind,
+                                   tenant_id=tenant.id, workflow=workflow, tier="t", model="m",
+                                   status=200, cache="semantic" if kind == "request" else "miss",
+                                   cost_usd=Decimal(cost), baseline_cost_usd=0,
+                                   at=utcnow() - timedelta(days=days_ago)))
+    book(0, "request", "wfv", "0.5")                         # the served hit: not sampling
+    book(1, "cache_verify", "wfv", "0.0000123456")
+    book(2, "cache_verify", "wfv", "0.0000004321")
+    book(3, "cache_verify", "wfv", "0.9", days_ago=8)         # before the page's 7 days
+    book(4, "shadow", "wfv", "0.7")                           # another off-path kind
+    book(5, "cache_verify", "wfonly", "0.0000000004")         # under a micro-dollar
+    db.session.commit()
+    client = browser(app)
+    login(client, UserFactory(role="admin").email)
+    html = client.get("/cache/").get_data(as_text=True)
+    rows = [r[:r.index("</tr>")] for r in html.split("<tr>") if tenant.name in r]
+    (wfv,) = [r for r in rows if 'title="wfv"' in r]
+    (wfonly,) = [r for r in rows if 'title="wfonly"' in r]
+    assert format_usd(Decimal("0.0000127777")) == "$0.000013"
+    assert '<td class="verify-cost">$0.000013 (2 runs)</td>' in wfv
+    assert '<td class="verify-cost">&lt;$0.000001 (1 run)</td>' in wfonly
