@@ -14,6 +14,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import httpx
+import orjson
 import pytest
 
 from app.contract import budget as rb
@@ -212,3 +213,55 @@ def test_a_sampled_hit_that_agrees_keeps_its_entry_and_teaches_the_line(
     rerun = {r.request_id: r for r in rows}[f"{again.headers['x-sluice-request-id']}-verify"]
     assert rerun.payload["agreed"] is True
     assert stats(redis_client, ns, w.tenant.id)["sampled"] == 2
+
+
+def ask_streamed(w, question: str) -> tuple[httpx.Headers, str, list[dict]]:
+    """``question`` with ``stream: true``: (headers, the text the chunks carry, chunks);
+    the stream is read to its ``[DONE]``."""
+    with httpx.stream("POST", w.base_url + "/chat/completions", timeout=30,
+                      headers={"authorization": f"Bearer {w.key}"},
+                      json={"model": "tier-1", "temperature": 0, "stream": True,
+                            "messages": [COMPANY, {"role": "user", "content": question}]}) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [orjson.loads(line[6:]) for line in lines[:-1]]
+    text = "".join((c["choices"] or [{}])[0].get("delta", {}).get("content") or ""
+                   for c in chunks)
+    return r.headers, text, chunks
+
+
+def test_a_streamed_sampled_hit_streams_the_cached_answer_and_is_verified_off_the_path(
+        app, vworld, fake_replicas, redis_client):
+    """``stream: true`` on a sampled verifier hit: the client gets the cached answer as a
+    chunk stream at cost 0; the same request is generated again upstream (not streamed),
+    booked as ``cache_verify``, and, disagreeing, the entry is evicted."""
+    w, ns = vworld, app.config["REDIS_NAMESPACE"]
+    first = verified_entry(w, redis_client, ns, HOW_MANY)
+    calls = upstream_calls(fake_replicas)
+
+    headers, text, chunks = ask_streamed(w, NUMBER_OF)
+    assert headers["x-sluice-cache"] == "semantic" and Decimal(headers["x-sluice-cost-usd"]) == 0
+    assert text == content(first)
+    hit_id = headers["x-sluice-request-id"]
+    assert {c["id"] for c in chunks} == {f"chatcmpl-{hit_id}"}   # chunks name this request
+
+    rows = w.drain_rows(3)   # the miss, the streamed hit, and the hit's verification run
+    by_id = {r.request_id: r for r in rows}
+    served = by_id[hit_id]
+    assert served.kind == "request" and served.cache == "semantic" and served.cost_usd == 0
+    assert served.payload["pipeline"]["cache_hit"]["sampled"] is True
+    run = by_id[f"{hit_id}-verify"]
+    assert run.kind == "cache_verify" and run.tier == "tier-1" and run.cost_usd > 0
+    assert upstream_calls(fake_replicas) == calls + 1
+    p = run.payload
+    assert (p["verify_of"], p["entry"]) == (hit_id, first.headers["x-sluice-request-id"])
+    assert p["agreed"] is False and p["entry_outcome"] == "evicted"
+    counters = stats(redis_client, ns, w.tenant.id)
+    assert counters["sampled"] == 1 and counters["sampled_wrong"] == 1
+    assert counters["evicted"] == 1
+
+    headers, text, _ = ask_streamed(w, NUMBER_OF)   # evicted: the rewording misses now
+    assert headers["x-sluice-cache"] == "miss" and text != content(first)
+    w.drain_rows(4)
