@@ -77,7 +77,7 @@ def test_paraphrases_get_only_verified_answers(app, gateway, fake_replicas, fron
     wait_for(lambda: stat("hits_fast") + stat("hits_verified") >= 1, what="hit counter")
 
 
-# --- sampled verification, off the path ----------------------------------------------
+# --- a fresh answer decides: a miss's candidate, and sampled hits off the path ------
 
 @pytest.fixture(scope="module")
 def verify_gateway(app_config, tmp_path_factory):
@@ -134,6 +134,44 @@ def upstream_calls(replicas) -> int:
 
 def spent(redis_client, app, tenant_id) -> int:
     return rb.state(redis_client, app.config["REDIS_NAMESPACE"], tenant_id)["spent_micro"]
+
+
+def test_an_answer_serves_rewordings_once_a_fresh_answer_agreed_with_it(
+        app, gateway, fake_replicas, frontier, redis_client):
+    """No validator: a rewording that met the unverified entry is a miss, and its fresh
+    answer, equal to the cached one (the fake echoes the same first 12 words), verifies the
+    entry; the fresh answer itself is stored verified (produced twice). Each then serves a
+    rewording nearest to it."""
+    ns = app.config["REDIS_NAMESPACE"]
+    w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                   policy={"cache_similarity_threshold": 0.95})
+
+    def stored(n):
+        wait_for(lambda: redis_client.scard(f"{ns}:cache:t:{w.tenant.id}") >= n, what="store")
+
+    first = ask(w, TWELVE_WORDS + HOW_MANY)
+    assert first.headers["x-sluice-cache"] == "miss"
+    stored(1)
+    second = ask(w, TWELVE_WORDS + NUMBER_OF)   # unverified: not served, checked
+    assert second.headers["x-sluice-cache"] == "miss" and content(second) == content(first)
+    stored(2)
+    wait_for(lambda: stats(redis_client, ns, w.tenant.id).get("verified", 0) >= 1,
+             what="the entry verified")
+    counters = stats(redis_client, ns, w.tenant.id)
+    assert counters["checked"] == 1 and counters.get("checked_wrong", 0) == 0
+    assert counters.get("evicted", 0) == 0
+
+    # nearest to the first question (cosine 0.99 against 0.98): served from its entry
+    near_first = ask(w, TWELVE_WORDS + HOW_MANY[:-1] + " currently?")
+    # nearest to the second (0.99 against 0.98): served from the answer produced twice
+    near_second = ask(w, TWELVE_WORDS + NUMBER_OF[:-1] + " currently?")
+    for r in (near_first, near_second):
+        assert r.headers["x-sluice-cache"] == "semantic" and content(r) == content(first)
+    rows = {r.request_id: r for r in w.drain_rows(4)}
+    served_from = [rows[r.headers["x-sluice-request-id"]].payload["pipeline"]["cache_hit"]
+                   ["of_request"] for r in (near_first, near_second)]
+    assert served_from == [first.headers["x-sluice-request-id"],
+                           second.headers["x-sluice-request-id"]]
 
 
 def test_a_sampled_hit_is_served_from_the_cache_and_a_disagreeing_entry_is_evicted(
