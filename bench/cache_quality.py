@@ -3,6 +3,8 @@ MiniLM vectors and the same Redis-backed CacheStore.
 
     HF_HUB_OFFLINE=1 .venv/bin/python bench/cache_quality.py [--pairs bench/data/cache_devset.jsonl]
         [--before-tree /tmp/sluice-before-22] [--calibration 800]
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/cache_quality.py --learned-line [--learned-pairs 200]
+        [--wrong-share 0.05] [--stream 20000] [--entries 500]
 
 Rows:
 - ``static cosine``: GPTCache-style, one static cosine line (the seed's 0.965), no entity
@@ -18,6 +20,19 @@ Rows:
   traffic: pairs from the same generator with another seed (other names, ids, numbers),
   held to the policy's error bound (``cache_error_bound``) at 95%.
 
+``--learned-line`` (alone, or after the table when the line was calibrated): how the line
+and the per-entry thresholds move under sampled verification. A stream of rewordings that
+reach the verifier, at real cosines from calibration pairs (right ones: pairs the verifier
+accepts that should hit; wrong ones, a known share ``--wrong-share``: look-alikes that passed
+the entity signature, taken as if the verifier had accepted them), each for one of
+``--entries`` cached entries: served at or above the entry's threshold (``cache_bound.
+entry_threshold``), a ``cache_verify_sample_pct`` share of hits generated again; a miss's
+fresh answer compared for free; agreeing lowers the entry's threshold, disagreeing evicts it.
+Hit rate and the true error of what was served at the static line (0.965, nothing learned),
+then in the first half of the stream and its last quarter, with the measured error (the
+evidence at or above the final line, and over all of it, 95% intervals) against the bound,
+and where the per-entry thresholds ended.
+
 Each pair gets its own tenant: ``a`` is stored, ``b`` looked up. Hit rate on pairs that
 should hit (``same``), false-hit rate on the rest, and the lookup's p50/p99 (vector given;
 the embedding of the question is timed on its own below the table). One run prints all
@@ -29,6 +44,7 @@ import argparse
 import dataclasses
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -119,17 +135,16 @@ def run_mode(mode: str, pairs: list[dict], va: np.ndarray, vb: np.ndarray, redis
             "hit_p50": pct(hit_times, 50), "hows": dict(hows)}
 
 
-def calibrate(seed: int, per_kind: int) -> tuple[float, dict]:
-    """The tenant's line learned from calibration traffic: every pair the verifier would
-    consider (same bucket, judged the same, cosine >= the policy floor) is an observation;
-    the fresh answer agrees exactly when the pair is ``same``."""
+def verifier_pool(seed: int, per_kind: int) -> tuple[int, list[tuple[float, bool, bool]]]:
+    """Calibration traffic (the dev set's generator, another seed): (pairs, and for every
+    pair the verifier would consider, i.e. same bucket, judged the same or entity-compatible,
+    cosine >= the policy floor and not on the word-for-word path: (cosine, should hit,
+    whether the verifier accepts it))."""
     from make_cache_devset import build
 
-    from app.core.cache_bound import Evidence
     from app.core.cache_verify import same_question
     from app.core.entities import profiles_compatible
     pairs = build(seed, per_kind)
-    ev = Evidence()
     floor = float(DEFAULTS["cache_verify_floor"])
     policy = dict(DEFAULTS)
     judged = []   # pairs the verifier would consider (embedded only these: the rest never are)
@@ -143,19 +158,106 @@ def calibrate(seed: int, per_kind: int) -> tuple[float, dict]:
             judged.append((p, ka, kb))
     va = embed_many([ka.text for _, ka, _ in judged])
     vb = embed_many([kb.text for _, _, kb in judged])
+    pool = []
     for (p, ka, kb), a, b in zip(judged, va, vb):
         sim = float(np.dot(a, b))
         if sim < floor:
             continue
         if sim >= TH and profiles_compatible(ka.profile, kb.profile):
             continue  # the word-for-word path: not the verifier's evidence
-        if same_question(kb.text, kb.profile, ka.text, ka.profile)[0]:
-            ev.add(sim, p["same"])
+        pool.append((sim, bool(p["same"]),
+                     same_question(kb.text, kb.profile, ka.text, ka.profile)[0]))
+    return len(pairs), pool
+
+
+def calibrate(seed: int, per_kind: int) -> tuple[float, dict]:
+    """The tenant's line learned from calibration traffic: every pair the verifier accepts
+    is an observation; the fresh answer agrees exactly when the pair is ``same``."""
+    from app.core.cache_bound import Evidence
+    n_pairs, pool = verifier_pool(seed, per_kind)
+    ev = Evidence()
+    for sim, same, accepted in pool:
+        if accepted:
+            ev.add(sim, same)
+    floor = float(DEFAULTS["cache_verify_floor"])
     bound = float(DEFAULTS["cache_error_bound"])
     line = ev.line(bound, floor, TH)
     n, k, rate, lo, hi = ev.measured(line)
-    return line, {"pairs": len(pairs), "observations": sum(ev.n), "wrong": sum(ev.wrong),
-                  "bound": bound, "line": line, "at_line": [n, k, rate, lo, hi]}
+    return line, {"pairs": n_pairs, "observations": sum(ev.n), "wrong": sum(ev.wrong),
+                  "bound": bound, "line": line, "at_line": [n, k, rate, lo, hi], "pool": pool}
+
+
+def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: int,
+                 entries: int, seed: int = 22) -> dict:
+    """The stream described at the top (``--learned-line``), on ``app.core.cache_bound``."""
+    from app.core.cache_bound import Evidence, entry_threshold
+    right = [sim for sim, same, accepted in pool if same and accepted]
+    wrong = [sim for sim, same, _ in pool if not same]
+    if not right or (wrong_share and not wrong):
+        return {"right": len(right), "wrong": len(wrong)}
+    rng = random.Random(seed)
+    bound, floor = float(DEFAULTS["cache_error_bound"]), float(DEFAULTS["cache_verify_floor"])
+    sample = float(DEFAULTS["cache_verify_sample_pct"]) / 100.0
+    ev, agreed_at = Evidence(), {}
+    out = {k: [0, 0, 0] for k in ("static", "first half", "last quarter")}  # seen, served, wrong
+    sampled = evictions = 0
+
+    def check(entry: int, sim: float, agreed: bool) -> None:
+        nonlocal evictions
+        ev.add(sim, agreed)
+        if agreed:
+            agreed_at[entry] = min(agreed_at.get(entry, 1.0), sim)
+        else:   # evicted; the fresh answer takes its place, at the tenant's line
+            agreed_at.pop(entry, None)
+            evictions += 1
+
+    for i in range(n):
+        bad = rng.random() < wrong_share
+        sim, entry = rng.choice(wrong if bad else right), rng.randrange(entries)
+        own = entry_threshold(ev.line(bound, floor, TH), agreed_at.get(entry), floor)
+        served = sim >= own
+        phases = [("static", sim >= TH)]
+        if i < n // 2:
+            phases.append(("first half", served))
+        if i >= n - n // 4:
+            phases.append(("last quarter", served))
+        for name, hit in phases:
+            out[name][0] += 1
+            out[name][1] += hit
+            out[name][2] += hit and bad
+        if not served:
+            check(entry, sim, not bad)   # a miss: its fresh answer is compared for free
+        elif rng.random() < sample:
+            sampled += 1
+            check(entry, sim, not bad)   # generated again off the path
+    line = ev.line(bound, floor, TH)
+    own = sorted(entry_threshold(line, agreed_at.get(e), floor) for e in range(entries))
+    return {"right": len(right), "wrong": len(wrong), "phases": out, "line": line,
+            "measured": ev.measured(line), "measured_all": ev.measured(), "bound": bound, "sampled": sampled,
+            "evictions": evictions, "below_line": sum(t < line for t in own),
+            "own_p50": own[len(own) // 2], "own_min": own[0], "sample": sample}
+
+
+def print_learned_line(res: dict, wrong_share: float, n: int, entries: int) -> None:
+    print(f"\nlearned line: a stream of {n} verifier candidates over {entries} entries, "
+          f"{wrong_share:.1%} wrong (cosines from {res['right']} right and {res['wrong']} "
+          f"look-alike calibration pairs)")
+    if "phases" not in res:
+        print("  not run: no calibration pair of a kind it needs")
+        return
+    for name, (seen, served, bad) in res["phases"].items():
+        label = f"static line {TH}" if name == "static" else f"learning, {name}"
+        print(f"  {label:<26} hit rate {served / seen:>6.1%}  error of what was served "
+              f"{(bad / served if served else 0.0):.3%} ({bad}/{served})")
+    n_obs, k, rate, lo, hi = res["measured"]
+    n_all, k_all, rate_all, lo_all, hi_all = res["measured_all"]
+    print(f"  final line {res['line']:.3f}; measured error at or above it {rate:.3%} (95% CI "
+          f"{lo:.3%} - {hi:.3%}, {k}/{n_obs}), over all observations {rate_all:.3%} "
+          f"({lo_all:.3%} - {hi_all:.3%}, {k_all}/{n_all}), bound {res['bound']:.3%}; "
+          f"{res['sampled']} hits "
+          f"sampled ({res['sample']:.0%}), {res['evictions']} evictions; per-entry thresholds: "
+          f"{res['below_line']}/{entries} below the line, median {res['own_p50']:.3f}, "
+          f"lowest {res['own_min']:.3f}")
 
 
 def summary(res: dict) -> tuple[int, int, int, int]:
@@ -188,9 +290,24 @@ def main() -> None:
     ap.add_argument("--calibration-seed", type=int, default=7171)
     ap.add_argument("--line", type=float, default=None,
                     help="the tenant's line as given (skip calibration), e.g. the policy floor")
+    ap.add_argument("--learned-line", action="store_true",
+                    help="only the learned-line section (calibration pairs, no dev set)")
+    ap.add_argument("--learned-pairs", type=int, default=200,
+                    help="calibration pairs per kind for --learned-line alone")
+    ap.add_argument("--wrong-share", type=float, default=0.05,
+                    help="share of wrong candidates in the learned-line stream")
+    ap.add_argument("--stream", type=int, default=20000, help="learned-line stream length")
+    ap.add_argument("--entries", type=int, default=500, help="cached entries in that stream")
     ap.add_argument("--only", default="", help=argparse.SUPPRESS)
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.learned_line:
+        n_pairs, pool = verifier_pool(args.calibration_seed, args.learned_pairs)
+        print(f"learned line on {n_pairs} calibration pairs (seed {args.calibration_seed}), "
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+        print_learned_line(learned_line(pool, args.wrong_share, args.stream, args.entries),
+                           args.wrong_share, args.stream, args.entries)
+        return
     import redis
     r = redis.Redis.from_url(os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0"))
     pairs = [json.loads(line) for line in open(args.pairs, encoding="utf-8") if line.strip()]
@@ -250,6 +367,10 @@ def main() -> None:
               f"{args.calibration_seed}): {cal['observations']} observations, {cal['wrong']} "
               f"wrong; line {line:.2f}: {n} observations at or above it, {k} wrong, error "
               f"{rate:.3%} (95% CI {lo:.3%} - {hi:.3%}), bound {cal['bound']:.3%}")
+    if cal is not None:
+        print_learned_line(learned_line(cal["pool"], args.wrong_share, args.stream,
+                                        args.entries), args.wrong_share, args.stream,
+                           args.entries)
     print(f"embedding one question (batcher off the path, this process): p50 "
           f"{pct(emb, 50):.2f} ms, p99 {pct(emb, 99):.2f} ms; a verified hit costs the "
           f"embedding plus the lookup: p50 ~ {pct(emb, 50) + ver['hit_p50']:.2f} ms")
