@@ -110,6 +110,11 @@ def _cmd(pid: int) -> str:
         return "?"
 
 
+def _default_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _state(pid: int) -> str:
     """What a process that will not exit is doing: state, kernel wait channel, signal
     masks, and its children."""
@@ -142,8 +147,11 @@ def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
     })
     log = open(tmp_path / "run.sh.out", "w")
+    # as from a terminal: a suite started in the background (`./scripts/test.sh &`, nohup)
+    # hands its children SIGINT, SIGQUIT and SIGHUP ignored, and a non-interactive bash can
+    # never trap a signal that was ignored when it started (seen: SigIgn 0x7 on run.sh)
     run = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env, stdout=log,
-                           stderr=subprocess.STDOUT)
+                           stderr=subprocess.STDOUT, preexec_fn=_default_signals)
     seen: dict[int, int | None] = {}   # pid -> start time, as first seen
     ports: set[int] = set()
 
