@@ -27,7 +27,8 @@ accepts that should hit; wrong ones, a known share ``--wrong-share``: look-alike
 the entity signature, taken as if the verifier had accepted them), each for one of
 ``--entries`` cached entries: served at or above the entry's threshold (``cache_bound.
 entry_threshold``), a ``cache_verify_sample_pct`` share of hits generated again; a miss's
-fresh answer compared for free; agreeing lowers the entry's threshold, disagreeing evicts it.
+fresh answer compared for free; agreeing adds to the entry's evidence (it goes below the line
+only on as many agreements as the bound needs), disagreeing evicts it.
 Hit rate and the true error of what was served at the static line (0.965, nothing learned),
 then in the first half of the stream and its last quarter, with the measured error (the
 evidence at or above the final line, and over all of it, 95% intervals) against the bound,
@@ -190,7 +191,7 @@ def calibrate(seed: int, per_kind: int) -> tuple[float, dict]:
 def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: int,
                  entries: int, seed: int = 22) -> dict:
     """The stream described at the top (``--learned-line``), on ``app.core.cache_bound``."""
-    from app.core.cache_bound import Evidence, entry_threshold
+    from app.core.cache_bound import Evidence, add_agreement, entry_threshold, min_observations
     right = [sim for sim, same, accepted in pool if same and accepted]
     wrong = [sim for sim, same, _ in pool if not same]
     if not right or (wrong_share and not wrong):
@@ -198,7 +199,8 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
     rng = random.Random(seed)
     bound, floor = float(DEFAULTS["cache_error_bound"]), float(DEFAULTS["cache_verify_floor"])
     sample = float(DEFAULTS["cache_verify_sample_pct"]) / 100.0
-    ev, agreed_at = Evidence(), {}
+    needed = min_observations(bound)
+    ev, agreed = Evidence(), {}
     out = {k: [0, 0, 0] for k in ("static", "first half", "last quarter")}  # seen, served, wrong
     sampled = evictions = 0
 
@@ -206,15 +208,15 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
         nonlocal evictions
         ev.add(sim, agreed)
         if agreed:
-            agreed_at[entry] = min(agreed_at.get(entry, 1.0), sim)
+            agreed[entry] = add_agreement(agreed.get(entry), sim)
         else:   # evicted; the fresh answer takes its place, at the tenant's line
-            agreed_at.pop(entry, None)
+            agreed.pop(entry, None)
             evictions += 1
 
     for i in range(n):
         bad = rng.random() < wrong_share
         sim, entry = rng.choice(wrong if bad else right), rng.randrange(entries)
-        own = entry_threshold(ev.line(bound, floor, TH), agreed_at.get(entry), floor)
+        own = entry_threshold(ev.line(bound, floor, TH), agreed.get(entry), floor, needed)
         served = sim >= own
         phases = [("static", sim >= TH)]
         if i < n // 2:
@@ -231,7 +233,7 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
             sampled += 1
             check(entry, sim, not bad)   # generated again off the path
     line = ev.line(bound, floor, TH)
-    own = sorted(entry_threshold(line, agreed_at.get(e), floor) for e in range(entries))
+    own = sorted(entry_threshold(line, agreed.get(e), floor, needed) for e in range(entries))
     return {"right": len(right), "wrong": len(wrong), "phases": out, "line": line,
             "measured": ev.measured(line), "measured_all": ev.measured(), "bound": bound, "sampled": sampled,
             "evictions": evictions, "below_line": sum(t < line for t in own),

@@ -11,8 +11,9 @@ is served only at or above the tenant's *line*, a cosine learned from evidence:
   hold the tenant's ``cache_error_bound`` at 95% confidence (Wilson upper bound); with too
   few observations anywhere, the verified path stays closed (the line is the fast line:
   only word-for-word matches above the static threshold are served, as before).
-- every entry has its own threshold as well: the line, or lower down to the cosine at
-  which the entry itself was seen to agree. An entry that disagrees is evicted.
+- every entry has its own threshold as well: the line, or lower where the entry's own
+  agreements alone hold the bound (``entry_threshold``: as many as the line would need, so
+  at a 0.1% bound in practice never). An entry that disagrees is evicted.
 
 So a tenant's rewordings start as misses (each one an observation), the line comes down as
 agreeing evidence piles up, and goes back up as soon as wrong answers show: the measured
@@ -116,12 +117,29 @@ def min_observations(bound: float) -> int:
     return n
 
 
-def entry_threshold(tenant_line: float, agreed_at: float | None, floor: float) -> float:
-    """An entry serves at or above the tenant's line, or lower down to the cosine at which
-    it was itself seen to agree with a fresh answer (never below ``floor``)."""
-    if agreed_at is None:
-        return tenant_line
-    return max(floor, min(tenant_line, agreed_at))
+# An entry keeps the cosines of its highest agreements, up to this many: a bound that needs
+# more agreeing evidence than that (0.1% needs ~3,800) never lets one entry below its line.
+ENTRY_AGREEMENTS_KEPT = 64
+
+
+def entry_threshold(tenant_line: float, agreed: list[float] | None, floor: float,
+                    needed: int | None) -> float:
+    """An entry serves at or above the tenant's line, or lower on its own evidence only:
+    down to the cosine above which it agreed with a fresh answer ``needed`` times, what the
+    tenant's bound needs at 95% (``min_observations``; none disagreed, or it would be gone).
+    Never below ``floor``. ``needed`` None: no entry goes below the line.
+
+    One agreement is no evidence for a 0.1% bound; letting it lower the entry served every
+    look-alike the verifier let through down to that cosine, unmeasured by the line."""
+    line = max(floor, tenant_line)
+    if not agreed or not needed or len(agreed) < needed:
+        return line
+    return max(floor, min(line, sorted(agreed, reverse=True)[needed - 1]))
+
+
+def add_agreement(agreed: list[float] | None, similarity: float) -> list[float]:
+    """The entry's kept agreement cosines with one more (the highest ``ENTRY_AGREEMENTS_KEPT``)."""
+    return sorted([*(agreed or []), float(similarity)], reverse=True)[:ENTRY_AGREEMENTS_KEPT]
 
 
 def _text_of(response: dict) -> tuple[str, str]:

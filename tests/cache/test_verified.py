@@ -53,16 +53,41 @@ def test_an_unverified_answer_serves_exact_repeats_only_until_it_is_verified(sto
     assert hit is not None and hit.how == "verified" and hit.request_id == "r-a"
 
 
-def test_the_entry_threshold_comes_down_where_it_agreed(store):
-    closed = Verification(line=TH, floor=FLOOR)   # a tenant with no evidence yet
+def test_an_entry_goes_below_the_line_only_on_as_much_evidence_as_the_bound_needs(store):
+    """One agreement at a cosine under the tenant's line is no evidence for the bound: the
+    entry stays at the line until it has agreed as often as the bound needs (here 3, a
+    tenant with a loose bound; 0.1% would need thousands)."""
+    closed = Verification(line=TH, floor=FLOOR, entry_needed=3)   # no tenant evidence yet
     notes: dict = {}
     assert put_and_probe(store, *REWORDED, closed, notes=notes) is None
     sim = notes["candidate"]["similarity"]
     assert FLOOR <= sim < TH
-    assert store.mark("r-a", agreed_at=sim)       # a fresh answer agreed at this cosine
-    hit = store.lookup(build_key("t1", POLICY, "auto", body(REWORDED[1])),
-                       embed_many([REWORDED[1]])[0], TH, verification=closed)
+    probe = build_key("t1", POLICY, "auto", body(REWORDED[1]))
+    vec = embed_many([REWORDED[1]])[0]
+    for n in range(1, 4):
+        assert store.lookup(probe, vec, TH, verification=closed) is None, n
+        assert store.mark("r-a", agreed_at=sim)       # a fresh answer agreed at this cosine
+    hit = store.lookup(probe, vec, TH, verification=closed)
     assert hit is not None and hit.how == "verified"
+    # the same three agreements under the default (no per-entry lowering) open nothing
+    assert store.lookup(probe, vec, TH, verification=Verification(line=TH, floor=FLOOR)) is None
+
+
+def test_entry_threshold_needs_the_bounds_evidence():
+    from app.core.cache_bound import ENTRY_AGREEMENTS_KEPT, add_agreement, entry_threshold, \
+        min_observations
+    assert entry_threshold(0.95, [0.81], 0.80, None) == 0.95
+    assert entry_threshold(0.95, [0.81], 0.80, min_observations(0.001)) == 0.95
+    agreed: list[float] = []
+    for sim in (0.90, 0.84, 0.97, 0.82):
+        agreed = add_agreement(agreed, sim)
+    assert entry_threshold(0.95, agreed, 0.80, 3) == 0.84     # three agreements at or above
+    assert entry_threshold(0.95, agreed, 0.80, 5) == 0.95     # not enough of them
+    assert entry_threshold(0.95, agreed, 0.85, 4) == 0.85     # never below the floor
+    assert entry_threshold(0.83, agreed, 0.80, 1) == 0.83     # never above the line
+    for _ in range(2 * ENTRY_AGREEMENTS_KEPT):
+        agreed = add_agreement(agreed, 0.9)
+    assert len(agreed) == ENTRY_AGREEMENTS_KEPT and agreed[0] == 0.97
 
 
 @pytest.mark.parametrize("a,b", [

@@ -45,6 +45,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from app.contract.cache.keys import CacheKey
 from app.contract.keys import Keys
 from app.contract.cache.mirror import BucketMirror
+from app.core.cache_bound import add_agreement, entry_threshold
 from app.core.cache_verify import same_question
 from app.core.entities import EntityProfile, profiles_compatible
 
@@ -128,7 +129,8 @@ class Verification:
     """How a lookup treats a reworded question (issue 22; ``app.core.cache_verify``).
 
     ``line``: the tenant's learned cosine for verified rewordings (``app.core.cache_bound``);
-    an entry may serve lower, down to ``floor``, at the cosine it was itself seen to agree.
+    an entry may serve lower, down to ``floor``, only where its own agreements number
+    ``entry_needed`` (what the tenant's bound needs; None: never below the line).
     ``verified_only``: paraphrases get only answers that were verified (a validator passed
     them, a fresh answer agreed, or they were produced twice identically); others serve
     exact repeats only. The best candidate judged the same but not served (unverified, or
@@ -139,6 +141,7 @@ class Verification:
     # share of verifier-path hits drawn for cache verification (``CacheHit.sampled``): still
     # served, and generated again upstream in the background to check the cached answer
     sample: float = 0.0
+    entry_needed: int | None = None
 
 
 @dataclass
@@ -351,7 +354,8 @@ class CacheStore:
                 if text is None or not same_question(key.text, key.profile, text, prof)[0]:
                     continue
             # an entry's own threshold: the line, or where it was itself seen to agree
-            own = max(verification.floor, min(verification.line, float(meta.get("tau", 1.0))))
+            own = entry_threshold(verification.line, _agreements(meta), verification.floor,
+                                  verification.entry_needed)
             verified = bool(meta.get("v")) or not verification.verified_only
             if (fast or sim >= own) and verified:
                 out.append((row, sim, "fast" if fast else "verified"))
@@ -510,7 +514,7 @@ class CacheStore:
              agreed_at: float | None = None) -> bool:
         """Record what verification learned about the entry that answered ``request_id``:
         it is verified (may serve paraphrases), and/or it agreed with a fresh answer at
-        cosine ``agreed_at`` (its own threshold comes down to there). The record is written
+        cosine ``agreed_at`` (kept as evidence for its own threshold). The record is written
         back under a new sequence number so every process's mirror picks it up. False when
         the entry is gone."""
         try:
@@ -525,7 +529,8 @@ class CacheStore:
             if verified is not None:
                 meta["v"] = int(verified)
             if agreed_at is not None:
-                meta["tau"] = min(float(meta.get("tau", 1.0)), float(agreed_at))
+                meta["agr"] = add_agreement(_agreements(meta), agreed_at)
+                meta.pop("tau", None)
             meta.pop("_profile", None)
             n = self._fill(keys=[bucket, f"{bucket}:v", f"{bucket}:s"],
                            args=[request_id, _pack(meta, vec)])
@@ -650,6 +655,13 @@ def _unlink(pipe: Any, bucket: str, request_id: str) -> None:
     pipe.hdel(bucket, request_id)
     pipe.zrem(f"{bucket}:s", request_id)
     pipe.zrem(f"{bucket}:e", request_id)
+
+
+def _agreements(meta: dict) -> list[float]:
+    """The entry's agreement cosines (a record from before they were kept has one, "tau")."""
+    if "agr" in meta:
+        return [float(x) for x in meta["agr"]]
+    return [float(meta["tau"])] if "tau" in meta else []
 
 
 def _pack(meta: dict, vec: np.ndarray) -> bytes:

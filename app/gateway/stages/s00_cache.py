@@ -28,6 +28,7 @@ same way. Each comparison is evidence for the tenant's line (``app.contract.cach
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import queue
@@ -38,7 +39,7 @@ from typing import Any
 import anyio
 
 from app.contract.cache.keys import build_key, is_cacheable_request, is_cacheable_response
-from app.core.cache_bound import answers_agree
+from app.core.cache_bound import answers_agree, min_observations
 from app.contract.keys import Keys
 from app.gateway.context import GatewayServices, RequestContext
 from app.gateway.request_facts import embedding
@@ -234,11 +235,17 @@ def _verification(ctx: RequestContext):
     policy = ctx.policy
     threshold = float(policy["cache_similarity_threshold"])
     floor = float(policy["cache_verify_floor"])
-    line = ctx.services.cache.quality.line(ctx.tenant["id"], float(policy["cache_error_bound"]),
-                                           floor, threshold)
+    bound = float(policy["cache_error_bound"])
+    line = ctx.services.cache.quality.line(ctx.tenant["id"], bound, floor, threshold)
     return Verification(line=line, floor=floor,
                         verified_only=bool(policy["cache_verified_only"]),
-                        sample=float(policy["cache_verify_sample_pct"]) / 100.0)
+                        sample=float(policy["cache_verify_sample_pct"]) / 100.0,
+                        entry_needed=_entry_needed(bound))
+
+
+@functools.lru_cache(maxsize=64)
+def _entry_needed(bound: float) -> int:
+    return min_observations(bound)
 
 
 def _semantic(ctx: RequestContext, store, key, exact: bool):
