@@ -250,6 +250,23 @@ class System:
                 out[f"engine {r.name}"] = (r.pid, rss_mb(r.pid))
         return out
 
+    def kv_usage(self) -> dict[str, float]:
+        """engine role -> its prefix KV cache's usage (``vllm:kv_cache_usage_perc``, a share
+        of ``--max-prefix-tokens``): memory that tracks it is the bounded cache filling."""
+        urls = {"frontier": f"http://127.0.0.1:{self.frontier_port}"}
+        urls.update({f"engine {r.name}": r.url.removesuffix("/v1") for r in self.replicas()
+                     if r.url})
+        out = {}
+        for role, url in urls.items():
+            try:
+                text = httpx.get(f"{url}/metrics", timeout=5).text
+            except httpx.HTTPError:
+                continue
+            m = re.search(r"^vllm:kv_cache_usage_perc\{[^}]*\} ([0-9.eE+-]+)$", text, re.M)
+            if m:
+                out[role] = float(m.group(1))
+        return out
+
     def ledger(self) -> tuple[int, set[str]]:
         from app.extensions import db
         from app.ledger.models import LedgerEntry
@@ -364,11 +381,13 @@ class Faults:
         # warm-up (weights paged in, allocator pools); growth that keeps going is a leak
         self.samples: list[tuple[float, dict[str, tuple[int, float]]]] = []
         self.sample_at = [k / 10 for k in range(1, 10)]
+        self.kv: list[tuple[float, dict[str, float]]] = []
 
     async def tick(self, elapsed: float) -> None:
         while self.sample_at and elapsed >= self.sample_at[0] * self.seconds:
             self.sample_at.pop(0)
             self.samples.append((elapsed, await asyncio.to_thread(self.s.memory)))
+            self.kv.append((elapsed, await asyncio.to_thread(self.s.kv_usage)))
         while self.plan and elapsed >= self.plan[0][0] * self.seconds:
             frac, what, fn = self.plan.pop(0)
             detail = await fn()
@@ -429,6 +448,7 @@ def main() -> int:
         time.sleep(5)   # anything still arriving (booked errors) lands before the count
         rows, ids = system.ledger()
         mem1 = system.memory()
+        kv1 = system.kv_usage()
         restarts = {r.name: (r.restarts, r.state) for r in system.replicas()}
         lat = sorted(load.latencies)
 
@@ -479,6 +499,13 @@ def main() -> int:
                 pid = v[0]
                 cells.append(f"{v[1]:8.1f}{mark}")
             print(f"  {role:22s}" + "".join(cells))
+        kv_series = [*faults.kv, (args.seconds, kv1)]
+        print("engine prefix KV cache usage (share of --max-prefix-tokens; the engines' "
+              "vllm:kv_cache_usage_perc)")
+        print("  " + " " * 22 + "".join(f"{f't={t:.0f}s':>9s}" for t, _ in kv_series))
+        for role in sorted({r for _, k in kv_series for r in k}):
+            print(f"  {role:22s}" + "".join(
+                f"{k[role]:9.1%}" if role in k else f"{'-':>9s}" for _, k in kv_series))
         return 0 if not (answered - ids) and rows == len(ids) else 1
     finally:
         system.stop()
