@@ -194,13 +194,19 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
     from app.core.cache_bound import Evidence, add_agreement, entry_threshold, min_observations
     right = [sim for sim, same, accepted in pool if same and accepted]
     wrong = [sim for sim, same, _ in pool if not same]
-    if not right or (wrong_share and not wrong):
-        return {"right": len(right), "wrong": len(wrong)}
+    wrong_from = "look-alike calibration pairs"
+    if not wrong:
+        # none of the look-alikes even reached the verifier (other signature, or judged
+        # different): model its mistakes as the worst case, cosines like its right accepts
+        wrong, wrong_from = right, ("the right accepts' cosines (no look-alike reached the "
+                                    "verifier: worst case, its mistakes look like its accepts)")
+    if not right:
+        return {"right": len(right), "wrong": 0}
     rng = random.Random(seed)
     bound, floor = float(DEFAULTS["cache_error_bound"]), float(DEFAULTS["cache_verify_floor"])
     sample = float(DEFAULTS["cache_verify_sample_pct"]) / 100.0
     needed = min_observations(bound)
-    ev, agreed = Evidence(), {}
+    ev, agreements = Evidence(), {}
     out = {k: [0, 0, 0] for k in ("static", "first half", "last quarter")}  # seen, served, wrong
     sampled = evictions = 0
 
@@ -208,15 +214,15 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
         nonlocal evictions
         ev.add(sim, agreed)
         if agreed:
-            agreed[entry] = add_agreement(agreed.get(entry), sim)
+            agreements[entry] = add_agreement(agreements.get(entry), sim)
         else:   # evicted; the fresh answer takes its place, at the tenant's line
-            agreed.pop(entry, None)
+            agreements.pop(entry, None)
             evictions += 1
 
     for i in range(n):
         bad = rng.random() < wrong_share
         sim, entry = rng.choice(wrong if bad else right), rng.randrange(entries)
-        own = entry_threshold(ev.line(bound, floor, TH), agreed.get(entry), floor, needed)
+        own = entry_threshold(ev.line(bound, floor, TH), agreements.get(entry), floor, needed)
         served = sim >= own
         phases = [("static", sim >= TH)]
         if i < n // 2:
@@ -233,8 +239,9 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
             sampled += 1
             check(entry, sim, not bad)   # generated again off the path
     line = ev.line(bound, floor, TH)
-    own = sorted(entry_threshold(line, agreed.get(e), floor, needed) for e in range(entries))
-    return {"right": len(right), "wrong": len(wrong), "phases": out, "line": line,
+    own = sorted(entry_threshold(line, agreements.get(e), floor, needed) for e in range(entries))
+    return {"right": len(right), "wrong": len(wrong), "wrong_from": wrong_from,
+            "phases": out, "line": line,
             "measured": ev.measured(line), "measured_all": ev.measured(), "bound": bound, "sampled": sampled,
             "evictions": evictions, "below_line": sum(t < line for t in own),
             "own_p50": own[len(own) // 2], "own_min": own[0], "sample": sample}
@@ -242,8 +249,8 @@ def learned_line(pool: list[tuple[float, bool, bool]], wrong_share: float, n: in
 
 def print_learned_line(res: dict, wrong_share: float, n: int, entries: int) -> None:
     print(f"\nlearned line: a stream of {n} verifier candidates over {entries} entries, "
-          f"{wrong_share:.1%} wrong (cosines from {res['right']} right and {res['wrong']} "
-          f"look-alike calibration pairs)")
+          f"{wrong_share:.1%} wrong (cosines of right ones from {res['right']} verifier-accepted "
+          f"calibration pairs, of wrong ones from {res.get('wrong_from', 'nothing')})")
     if "phases" not in res:
         print("  not run: no calibration pair of a kind it needs")
         return
