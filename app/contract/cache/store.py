@@ -353,7 +353,7 @@ class CacheStore:
                 text = meta.get("q")
                 if text is None or not same_question(key.text, key.profile, text, prof)[0]:
                     continue
-            # an entry's own threshold: the line, or where it was itself seen to agree
+            # an entry's own threshold: the line, or lower on its own evidence (entry_threshold)
             own = entry_threshold(verification.line, _agreements(meta), verification.floor,
                                   verification.entry_needed)
             verified = bool(meta.get("v")) or not verification.verified_only
