@@ -78,8 +78,8 @@ cleanup() {   # cleanup [STATUS]: stop everything, then exit with STATUS (defaul
   wait 2>/dev/null || true
   rm -f "$owned"
   echo "run: stopped"
-  # exit here, not back into the interrupted `wait -n`: in a full test run bash was seen
-  # alive for minutes after this line when the trap returned instead
+  # exit here with the signal's status, whatever command the signal interrupted, rather than
+  # return into the rest of the script
   exit "$rc"
 }
 trap 'cleanup 130' INT

@@ -121,6 +121,7 @@ def cache_quality(user) -> list[dict]:
         tenant_id, workflow = key
         pol = policies.setdefault(tenant_id, effective_policy(tenant_id))
         c = counts.get(key, {"requests": 0, "exact": 0, "semantic": 0})
+        verify_runs, verify_cost = verify.get(key, (0, Decimal(0)))
         st = stats.get(key, {})
         ev = Evidence.from_fields(st)
         n, k, rate, lo, hi = ev.measured()
@@ -140,6 +141,5 @@ def cache_quality(user) -> list[dict]:
             "checked": n, "wrong": k, "error": rate if n else None, "error_low": lo,
             "error_high": hi if n else None, "bound": bound, "line": line,
             "verified_entries": st.get("verified", 0), "evicted": st.get("evicted", 0),
-            "verify_runs": verify.get(key, (0, Decimal(0)))[0],
-            "verify_cost": verify.get(key, (0, Decimal(0)))[1]})
+            "verify_runs": verify_runs, "verify_cost": verify_cost})
     return out

@@ -22,6 +22,7 @@ error of what was served stays under the bound while the line is learned.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -109,6 +110,7 @@ class Evidence:
         return ev
 
 
+@functools.lru_cache(maxsize=64)   # per lookup in the gateway; a tenant's bound rarely changes
 def min_observations(bound: float) -> int:
     """Agreeing observations (none wrong) needed before ``bound`` holds at 95%."""
     n = 1

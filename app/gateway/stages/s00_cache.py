@@ -28,7 +28,6 @@ same way. Each comparison is evidence for the tenant's line (``app.contract.cach
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import queue
@@ -240,12 +239,7 @@ def _verification(ctx: RequestContext):
     return Verification(line=line, floor=floor,
                         verified_only=bool(policy["cache_verified_only"]),
                         sample=float(policy["cache_verify_sample_pct"]) / 100.0,
-                        entry_needed=_entry_needed(bound))
-
-
-@functools.lru_cache(maxsize=64)
-def _entry_needed(bound: float) -> int:
-    return min_observations(bound)
+                        entry_needed=min_observations(bound))
 
 
 def _semantic(ctx: RequestContext, store, key, exact: bool):
