@@ -21,7 +21,9 @@ words, written before the scoring was reworked, held out from the first round of
 (chosen on day 1), on day 1's memory and on an empty one; day 4 (``HELDOUT_2``) another
 wording, held out from the second round (chosen on days 1-3); day 5 (``HELDOUT_3``)
 and day 6 (``HELDOUT_4``) two more, written and committed before the third round, held
-out from it (day 6 not run until that round was fixed): the held-out figures.
+out from it (day 6 not run until that round was fixed); day 7 (``HELDOUT_5``) and day 8
+(``HELDOUT_6``), written and committed before the fourth round and not run until it was
+fixed, held out from it (chosen on days 1-6): the held-out figures.
 
 Per arm it prints prompt tokens per turn, tool-definition tokens per turn (SmolLM2
 tokenizer, counted as the ledger counts them), the engine's prefix-cache hit rate (its
@@ -165,7 +167,8 @@ def main() -> int:
                 plan.append((ti, messages, sel, completion))
         return plan, need, hit, misses
 
-    from bench.data.agent_tools import HELDOUT, HELDOUT_2, HELDOUT_3, HELDOUT_4, PARAPHRASES
+    from bench.data.agent_tools import HELDOUT, HELDOUT_2, HELDOUT_3, HELDOUT_4, HELDOUT_5, \
+        HELDOUT_6, PARAPHRASES
 
     def copy(memory):
         out = WorkflowMemory()
@@ -187,6 +190,12 @@ def main() -> int:
     day6 = [(HELDOUT_4[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan6, need6, hit6, misses6 = replay(day6, copy(day1_memory))
     _, need6c, hit6c, _ = replay(day6, WorkflowMemory())
+    day7 = [(HELDOUT_5[i], calls) for i, (_, calls) in enumerate(tasks)]
+    plan7, need7, hit7, misses7 = replay(day7, copy(day1_memory))
+    _, need7c, hit7c, _ = replay(day7, WorkflowMemory())
+    day8 = [(HELDOUT_6[i], calls) for i, (_, calls) in enumerate(tasks)]
+    plan8, need8, hit8, misses8 = replay(day8, copy(day1_memory))
+    _, need8c, hit8c, _ = replay(day8, WorkflowMemory())
     print(f"\nretrieval recall, day 1 (the workflow's first {len(tasks)} tasks, memory "
           f"empty at the start, learning as they run): {hit1}/{need1} = "
           f"{100 * hit1 / need1:.1f}%")
@@ -206,8 +215,17 @@ def main() -> int:
           f"fixed (memory of day 1): {hit6}/{need6} = {100 * hit6 / need6:.1f}%")
     print(f"retrieval recall, day 6, memory empty: {hit6c}/{need6c} = "
           f"{100 * hit6c / need6c:.1f}%")
+    print(f"retrieval recall, day 7 HELD OUT from the fourth round, first run after it was "
+          f"fixed (memory of day 1): {hit7}/{need7} = {100 * hit7 / need7:.1f}%")
+    print(f"retrieval recall, day 7, memory empty: {hit7c}/{need7c} = "
+          f"{100 * hit7c / need7c:.1f}%")
+    print(f"retrieval recall, day 8 HELD OUT from the fourth round, first run after it was "
+          f"fixed (memory of day 1): {hit8}/{need8} = {100 * hit8 / need8:.1f}%")
+    print(f"retrieval recall, day 8, memory empty: {hit8c}/{need8c} = "
+          f"{100 * hit8c / need8c:.1f}%")
     for day, missed in (("day 1", misses1), ("day 3", misses3), ("day 4", misses4),
-                        ("day 5", misses5), ("day 6", misses6)):
+                        ("day 5", misses5), ("day 6", misses6), ("day 7", misses7),
+                        ("day 8", misses8)):
         for request, needed, sent in missed:
             print(f"  {day} missed {needed} for {request!r}: sent {sent}")
     for request, needed, sent in misses:
@@ -222,7 +240,8 @@ def main() -> int:
     print(f"tool-definition tokens per turn: full {full_tokens}, retrieval {avg_sent:.0f} "
           f"(min {min(sent_tokens)}, max {max(sent_tokens)}) = "
           f"{100 * (1 - avg_sent / full_tokens):.1f}% fewer")
-    for label, p in (("day 5", plan5), ("day 6", plan6), ("days 5 and 6", plan5 + plan6)):
+    for label, p in (("day 5", plan5), ("day 6", plan6), ("days 5 and 6", plan5 + plan6),
+                     ("day 7", plan7), ("day 8", plan8), ("days 7 and 8", plan7 + plan8)):
         toks = [sum(per_tool[t["function"]["name"]] for t in sel.sent) for _, _, sel, _ in p]
         avg = sum(toks) / len(toks)
         print(f"tool-definition tokens per turn, {label} (held out): retrieval {avg:.0f} = "

@@ -474,3 +474,105 @@ HELDOUT_4 = [
     "Look up when the tax filing deadline is this year and make sure I get reminded a week "
     "ahead.",
 ]
+
+# A seventh and an eighth day, written (2026-12-04) and committed on their own before a
+# fourth round of retrieval changes, without running the selector on them: the same 40 kinds
+# of task in other words, names and places. Day 7 mostly full, polite sentences; day 8 terse
+# shorthand, as a colleague types in chat. Held out from that round (chosen on days 1-6):
+# never used to choose a weight, a rule or a policy.
+HELDOUT_5 = [
+    "Thinking of hiking near Lake Tahoe on Saturday; will the weather hold up?",
+    "What's the weather doing in Lagos right this minute?",
+    "My team in Jakarta just pinged me; what time is it for them now?",
+    "The board meeting is Wednesday at 4pm Sydney time. What is that in Toronto?",
+    "What time does the sun come up in Anchorage on Sunday?",
+    "Grab the customer churn analysis from the shared drive and email it to ines@acme.com "
+    "with the subject 'Churn'.",
+    "I think my dentist's office emailed to move my appointment. Can you find that message "
+    "and open it?",
+    "Post on Slack in #marketing that the campaign launches at noon.",
+    "Send an SMS to +4915112345678: running ten minutes behind, start without me.",
+    "I need an hour with Felix, Greta and Hugo sometime in the next two weeks; check when "
+    "everyone is available and send the invite.",
+    "Which meetings are on my schedule for Thursday?",
+    "Add 'file the insurance claim' to my tasks, due next Tuesday, normal priority.",
+    "Remind me tomorrow at 10 to call the bank about the card.",
+    "Look up flights from Houston to San Francisco on November 21 and book me on the "
+    "cheapest.",
+    "Find me accommodation in Amsterdam from April 14 to April 17 near Centraal station and "
+    "book it.",
+    "Is Emirates EK 202 departing on time?",
+    "What is Shopify's share price doing today?",
+    "Convert 4,800 Swedish kronor into US dollars.",
+    "What's the current balance on the escrow account?",
+    "Invoice Umbrella Health for 25 hours of design work, payment due in 21 days.",
+    "Pull all the transactions with Delta Air Lines from the main account in February.",
+    "Show me the CRM record for Tessier-Ashpool, with their open deals.",
+    "Push the Vehement Capital deal forward to 'verbal commit'.",
+    "I had a call with Oceanic Airlines this morning; they want to pause until Q3. Please "
+    "log it.",
+    "Veridian Dynamics says their reports page won't load for anyone; open a P2 support "
+    "ticket for them.",
+    "Find the Q3 roadmap slides and share them with design@acme.com so they can edit.",
+    "Can you give me a short summary of the employee handbook on the drive?",
+    "Create a new doc 'Vendor review 2027' with headings for cost, quality and risk.",
+    "The notifications service is throwing 502s; what's its status and what do the logs "
+    "say?",
+    "List the incidents that are open, whatever the severity.",
+    "Restart the ledger-sync service in us-central1 and check it's healthy afterwards.",
+    "Raise a GitHub issue in acme/sdk: the Python client ignores the timeout setting.",
+    "I need an ergonomic keyboard under $100; find one and order it.",
+    "What's the status of my parcel TBA123456789000?",
+    "Book a table for eight at a tapas bar near Plaza Mayor on Thursday at 9pm.",
+    "Give me the top headlines about the climate summit.",
+    "Translate 'the office is closed on Friday' into Dutch.",
+    "What's a 15% tip on a $86.40 bill?",
+    "Play Taylor Swift's latest album in the garage.",
+    "Search online for when the Black Friday sales start this year and set a reminder for "
+    "the day before.",
+]
+
+HELDOUT_6 = [
+    "Forecast for Munich, next three days?",
+    "Current conditions in Honolulu?",
+    "Local time in Buenos Aires, please.",
+    "If the launch goes live at midnight UTC, what's that on the US east coast?",
+    "Sunrise and sunset times for Tromso on December 21?",
+    "Send finance@acme.com the latest headcount sheet from the drive by email. Subject: "
+    "Headcount.",
+    "Look through my mail for the flight confirmation from Iberia and pull up the whole "
+    "thing.",
+    "Slack #eng-leads: code freeze starts tomorrow at 6pm.",
+    "Shoot +13105550188 a text: I'm outside.",
+    "Book a 15-minute chat with Carla next week at a time that works for both of us.",
+    "Anything on my calendar between 2 and 5 today?",
+    "To-do: order new badges for the interns. High priority, due Monday.",
+    "Reminder for 7:15 tomorrow: submit timesheet.",
+    "One-way Phoenix to Portland on Jan 8, economy, cheapest; book it.",
+    "Hotel in Zurich, Feb 3-6, under 250 a night. Find one and book it.",
+    "AA 100 JFK-LHR: delayed or on time?",
+    "Ticker check: AMD.",
+    "50,000 yen to dollars?",
+    "Balance on the petty cash account?",
+    "Bill Krusty Krab Ltd 1,200 dollars for the catering platform setup, due in 10 days.",
+    "Any refunds from Stripe hitting the main account this month?",
+    "Pull the customer file for Spacely Sprockets.",
+    "Cogswell Cogs deal -> closed lost.",
+    "Call log: spoke to Rekall Inc's CTO, interested in the enterprise tier.",
+    "Ticket for Duff Brewery: their webhook deliveries stopped, P3.",
+    "Give ops@acme.com edit access to the on-call rota spreadsheet.",
+    "Key points from the Q3 customer survey report?",
+    "Start a doc: 'Postmortem - DNS outage', leave the sections empty.",
+    "Health check on the auth-gateway service, plus the last 15 min of its error logs.",
+    "Open incidents: anything SEV1 or SEV2?",
+    "Restart order-router in eu-west-2, then confirm it's green.",
+    "New issue, acme/cli: --verbose flag is ignored on Windows.",
+    "Buy a 2m HDMI cable, cheapest decent one.",
+    "Tracking 92612999897543581074, where is it?",
+    "Dim sum for six near Chinatown, Sunday 12:30, book somewhere good.",
+    "Headlines on the World Cup today?",
+    "Spanish for 'we're sold out until next week'?",
+    "Calculate 2^20 minus 1,000.",
+    "Throw on a Radiohead playlist in the car.",
+    "Check the web for the AWS re:Invent keynote date and remind me the morning of.",
+]
