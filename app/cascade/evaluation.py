@@ -171,7 +171,7 @@ def curve_report(params: Mapping, X: np.ndarray, labels: np.ndarray, costs: np.n
         return {"n": 0, "curve": [], "chosen": None}
     router = rm.load(params)
     Q = rm.predict_batch(router, X)
-    full = rm.cost_quality_curve(Q, router.ranks, labels, costs)
+    full = rm.cost_quality_curve(Q, router.ranks, labels, costs, fixed=rm.never_taus(params))
     frontier = rm.operating_point(np.full(len(X), labels.shape[1]), labels, costs)
     return {"n": int(len(X)), "known_labels": known_labels(labels), "curve": rm.pareto(full),
             "chosen": rm.choose_taus(full, quality_target), "quality_target": quality_target,

@@ -22,7 +22,6 @@ then runs on the tier-2 default, and the all-frontier point replaces it (``front
 """
 from __future__ import annotations
 
-import itertools
 import math
 from typing import Any, Sequence
 
@@ -65,12 +64,9 @@ def regret_bound(chosen: np.ndarray, labels: np.ndarray, confidence: float) -> d
 
 
 def _points(Q: np.ndarray, ranks: Sequence[int], labels: np.ndarray, costs: np.ndarray,
-            confidence: float, grid: Sequence[float]):
+            confidence: float, grid: Sequence[float], fixed: dict[int, float] | None = None):
     fallback = labels.shape[1]
-    for combo in itertools.product(grid, repeat=len(ranks)):
-        if any(a < b for a, b in zip(combo, combo[1:])):
-            continue
-        taus = dict(zip(ranks, combo))
+    for taus in rm.tau_vectors(ranks, grid, fixed):
         chosen = rm.route_batch(Q, ranks, taus, fallback)
         point = rm.operating_point(chosen, labels, costs)
         point["taus"] = {str(k): v for k, v in taus.items()}
@@ -110,7 +106,8 @@ def choose(params: dict, X: np.ndarray, labels: np.ndarray, costs: np.ndarray, *
         return {"point": None, "closest": None, "reason": "no labelled held-out traces"}
     router = rm.load(params)
     Q = rm.predict_batch(router, X)
-    below = [p for p in _points(Q, router.ranks, labels, costs, confidence, grid)
+    below = [p for p in _points(Q, router.ranks, labels, costs, confidence, grid,
+                                rm.never_taus(params))
              if p["shares"][labels.shape[1]] < 1.0]
     ok = [p for p in below if p["regret"]["bound"] <= max_regret + 1e-12
           and p["relative_quality"] >= quality_target - 1e-12]

@@ -1,7 +1,8 @@
 """Which router scopes to train, decided from the ledger (the beat's ``router.schedule_training``).
 
-A scope is due when its labelled traces could train every cheaper tier (each has at least
-``ROUTER_MIN_LABELS`` labels after the held-out share is set aside) and, once a version
+A scope is due when its labelled traces could train a cheaper tier (one has at least
+``ROUTER_MIN_LABELS`` labels after the held-out share is set aside; a tier with fewer is left
+out of the version, which then never routes there) and, once a version
 exists, when at least ``ROUTER_RETRAIN_MIN_NEW_LABELS`` labelled traces arrived after that
 version was trained. Scopes are each tenant and each of its workflows
 ("tenant:<id>", "tenant:<id>:wf:<workflow>"), over requests of the last
@@ -83,7 +84,7 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
                 c["new"] += 1
     due = []
     for scope, c in counts.items():
-        if min(c["tiers"]) < need:
+        if max(c["tiers"]) < need:   # a tier without enough labels is left out of the version
             continue
         if scope in trained and c["new"] < min_new:
             continue

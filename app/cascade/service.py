@@ -136,14 +136,20 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
     train, test = ev.split(traces, float(current_app.config["ROUTER_HELDOUT_FRACTION"]))
     ranks = list(range(1, N_TIERS))
     sets = ev.training_sets(train, ranks, N_TIERS)
-    if any(r not in sets or len(sets[r][1]) < min_labels for r in ranks):
+    # A cheaper tier with too few labels is left out of the version (it never routes there)
+    # rather than holding the others back: under frontier_until_router nothing serves tier
+    # 2, so only frontier failures would ever label it, while exploration labels tier 1.
+    learned = [r for r in ranks if r in sets and len(sets[r][1]) >= min_labels]
+    if not learned:
         log.info("router %s: not enough labels (%s)", scope,
                  {r: len(sets[r][1]) if r in sets else 0 for r in ranks})
         return None
+    sets = {r: sets[r] for r in learned}
     dim = len(next(iter(sets.values()))[0][0])
     params = fit_router(sets, fallback_rank=N_TIERS,
-                        raw_dims=EMBEDDING_DIM if dim == feature_dim() else 0)
-    held_sets = ev.training_sets(test, ranks, N_TIERS)
+                        raw_dims=EMBEDDING_DIM if dim == feature_dim() else 0,
+                        never=[r for r in ranks if r not in learned])
+    held_sets = ev.training_sets(test, learned, N_TIERS)
     X, labels, costs = ev.evaluation_arrays(test, prices, N_TIERS)
     report = ev.curve_report(params, X, labels, costs, target)
     current = active_model(scope)
@@ -161,7 +167,8 @@ def train_scope(scope: str, traces: Sequence[Mapping[str, Any]], *,
         comparison = {"promote": bool(report.get("n")), "reject": False,
                       "reason": "replaces a frontier-only version" if report.get("n")
                       else "no labelled held-out traces"}
-    judged = min(ev.known_labels(labels).values()) if len(X) else 0
+    known = ev.known_labels(labels) if len(X) else {}
+    judged = min((known.get(str(r), 0) for r in (*learned, N_TIERS)), default=0) if len(X) else 0
     if judged < int(current_app.config["ROUTER_MIN_HELDOUT"]):
         comparison = {**comparison, "promote": False, "reject": False,
                       "reason": f"only {judged} held-out labels for the least-known tier"}

@@ -57,17 +57,47 @@ def merge_shadow(own: Any, explored: dict[str, bool] | None) -> dict[str, bool] 
     return {**{str(k): v for k, v in (own or {}).items()}, **(explored or {})}
 
 
+def serving_arms() -> dict[tuple[int, str], set[str | None]]:
+    """(tenant id, workflow) -> what tier 1 answers that workflow with now: its promoted
+    adapter; a canary and the arm it shares traffic with (the promoted adapter, else the
+    base model, None). Workflows not listed have the base model only."""
+    from app.adapters import states
+    from app.adapters.models import Adapter
+    found: dict[tuple[int, str], dict[str, str]] = {}
+    rows = db.session.execute(db.select(Adapter.tenant_id, Adapter.workflow, Adapter.name,
+                                        Adapter.state).where(Adapter.state.in_(states.SERVING))
+                              .order_by(Adapter.id))
+    for tenant_id, workflow, name, state in rows:
+        found.setdefault((tenant_id, workflow), {})[state] = name
+    out: dict[tuple[int, str], set[str | None]] = {}
+    for key, by_state in found.items():
+        promoted = by_state.get(states.PROMOTED)
+        out[key] = {promoted} | ({by_state[states.CANARY]} if states.CANARY in by_state else set())
+    return out
+
+
 def explored_verdicts(scope: str, since=None) -> dict[str, dict[str, bool]]:
-    """request id -> {tier rank: agreed} from the exploration rows of ``scope``."""
-    q = _in_scope(db.select(LedgerEntry.payload).where(LedgerEntry.kind == "shadow"), scope)
+    """request id -> {tier rank: agreed} from the exploration rows of ``scope``.
+
+    A tier-1 verdict counts only when tier 1 still answers that workflow with what the
+    exploration asked (``payload.adapter``: the adapter, or None for the base model;
+    ``serving_arms``): once an adapter is promoted, the base model's failures no longer say
+    anything about tier 1, and an adapter rolled back no longer serves."""
+    q = _in_scope(db.select(LedgerEntry.tenant_id, LedgerEntry.workflow, LedgerEntry.payload)
+                  .where(LedgerEntry.kind == "shadow"), scope)
     if since is not None:
         q = q.where(LedgerEntry.at >= since)
+    arms = serving_arms()
     out: dict[str, dict[str, bool]] = {}
-    for (payload,) in db.session.execute(q):
+    for tenant_id, workflow, payload in db.session.execute(q):
         found = explore_verdict(payload)
-        if found is not None:
-            rid, rank, agreed = found
-            out.setdefault(rid, {})[rank] = agreed
+        if found is None:
+            continue
+        rid, rank, agreed = found
+        if rank == "1" and (payload or {}).get("adapter") not in \
+                arms.get((tenant_id, workflow or ""), {None}):
+            continue
+        out.setdefault(rid, {})[rank] = agreed
     return out
 
 

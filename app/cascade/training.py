@@ -87,11 +87,18 @@ def fit_tier(X: np.ndarray, y: np.ndarray, *, rank: int, calibration: str = "iso
 
 def fit_router(per_tier: Mapping[int, tuple[np.ndarray, np.ndarray]], *, fallback_rank: int = 3,
                calibration: str = "isotonic", seed: int = 0, raw_dims: int = 0,
-               balanced: bool = True) -> dict:
-    """Params for every cheaper tier: ``per_tier`` maps rank -> (X, y) of its labelled rows."""
+               balanced: bool = True, never: Sequence[int] = ()) -> dict:
+    """Params for every cheaper tier: ``per_tier`` maps rank -> (X, y) of its labelled rows.
+    A rank in ``never`` (too few labels to learn from) gets a constant score of ~0: the
+    version never sends a request there (``"unlabelled": True`` says why)."""
     tiers = [fit_tier(X, y, rank=rank, calibration=calibration, seed=seed, raw_dims=raw_dims,
                       balanced=balanced)
              for rank, (X, y) in sorted(per_tier.items())]
+    if never:
+        dim = len(tiers[0]["coef"]) if tiers else 0
+        tiers = sorted(tiers + [{**_constant_tier(rank, dim, 0.0), "unlabelled": True}
+                                for rank in never if rank not in per_tier],
+                       key=lambda t: t["rank"])
     dims = {len(t["coef"]) for t in tiers}
     if len(dims) != 1:
         raise ValueError("every tier needs the same feature dimension")

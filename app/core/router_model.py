@@ -221,16 +221,32 @@ def operating_point(chosen: np.ndarray, labels: np.ndarray, costs: np.ndarray) -
             "shares": shares, "evaluated": evaluated}
 
 
-def cost_quality_curve(Q: np.ndarray, ranks: Sequence[int], labels: np.ndarray,
-                       costs: np.ndarray, grid: Sequence[float] = TAU_GRID) -> list[dict]:
-    """One operating point per τ vector on the grid (τ non-increasing with rank, as the
-    policy requires), sorted by cost."""
-    fallback = labels.shape[1]
-    points = []
-    for combo in itertools.product(grid, repeat=len(ranks)):
+def never_taus(params: Mapping[str, Any]) -> dict[int, float]:
+    """τ 1.0 for the tiers a version learned nothing about (``"unlabelled"``: too few
+    labels when it was trained): calibrated q stays below 1 (``Q_MAX``), so they are never
+    chosen."""
+    return {int(t["rank"]): 1.0 for t in params.get("tiers") or () if t.get("unlabelled")}
+
+
+def tau_vectors(ranks: Sequence[int], grid: Sequence[float] = TAU_GRID,
+                fixed: Mapping[int, float] | None = None):
+    """Every τ vector on the grid, τ non-increasing with rank (as the policy requires)
+    among the ranks not in ``fixed``; a rank in ``fixed`` keeps its value."""
+    fixed = fixed or {}
+    free = [r for r in ranks if r not in fixed]
+    for combo in itertools.product(grid, repeat=len(free)):
         if any(a < b for a, b in zip(combo, combo[1:])):
             continue
-        taus = dict(zip(ranks, combo))
+        yield {r: fixed[r] if r in fixed else combo[free.index(r)] for r in ranks}
+
+
+def cost_quality_curve(Q: np.ndarray, ranks: Sequence[int], labels: np.ndarray,
+                       costs: np.ndarray, grid: Sequence[float] = TAU_GRID,
+                       fixed: Mapping[int, float] | None = None) -> list[dict]:
+    """One operating point per τ vector on the grid (``tau_vectors``), sorted by cost."""
+    fallback = labels.shape[1]
+    points = []
+    for taus in tau_vectors(ranks, grid, fixed):
         pt = operating_point(route_batch(Q, ranks, taus, fallback), labels, costs)
         pt["taus"] = {str(k): v for k, v in taus.items()}
         points.append(pt)

@@ -30,14 +30,11 @@ def add_rows(tenant_id: int, workflow: str, n: int, at: datetime, *, passed: boo
     db.session.commit()
 
 
-def test_due_when_every_cheaper_tier_has_enough_labels(cfg):
+def test_due_when_a_cheaper_tier_has_enough_labels(cfg):
     t = TenantFactory()
     now = datetime.now(timezone.utc)
     wf = f"tenant:{t.id}:wf:wfA"
-    # tier-2 passes label tiers 2 and 3 only: tier 1 still has no labels
-    add_rows(t.id, "wfA", 12, now - timedelta(hours=2), passed=True, tag="p")
-    assert due_scopes(now) == []
-    # 9 tier-2 fails (tiers 1 and 2 fail): tier 1 has 9 < 10 labels
+    # 9 tier-2 fails (tiers 1 and 2 fail): each has 9 < 10 labels
     add_rows(t.id, "wfA", 9, now - timedelta(hours=2), passed=False, tag="f")
     assert due_scopes(now) == []
     # rows without features, without a label, or outside the window do not count
@@ -48,7 +45,25 @@ def test_due_when_every_cheaper_tier_has_enough_labels(cfg):
     add_rows(t.id, "wfA", 1, now - timedelta(hours=1), passed=False, tag="f2")
     due = {d["scope"]: d for d in due_scopes(now)}
     assert set(due) == {wf, f"tenant:{t.id}"}
-    assert due[wf]["tiers"] == {"1": 10, "2": 22} and due[wf]["new"] == 22
+    assert due[wf]["tiers"] == {"1": 10, "2": 10} and due[wf]["new"] == 10
+
+
+def test_due_on_tier_one_labels_alone(cfg):
+    """Under frontier_until_router nothing serves tier 2, so it gets no labels while
+    exploration labels tier 1: the scope is due on tier 1's (the version leaves tier 2 out)."""
+    t = TenantFactory()
+    now = datetime.now(timezone.utc)
+    wf = f"tenant:{t.id}:wf:wfA"
+    add_rows(t.id, "wfA", 12, now - timedelta(hours=2), passed=True, served=3, tag="p")
+    assert due_scopes(now) == []   # frontier passes label only the frontier
+    for i in range(10):
+        db.session.add(LedgerEntry(
+            request_id=f"{t.id}-wfA-p-{i}-explore", tenant_id=t.id, workflow="wfA", at=now,
+            kind="shadow", payload={"explore": True, "shadow_of": f"{t.id}-wfA-p-{i}",
+                                    "tier_rank": 1, "agreed": True, "adapter": None}))
+    db.session.commit()
+    due = {d["scope"]: d for d in due_scopes(now)}
+    assert due[wf]["tiers"] == {"1": 10, "2": 0}
 
 
 def test_retrain_waits_for_new_labels_after_the_last_version(cfg):

@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from app.errors import Conflict, ValidationError
@@ -145,3 +146,29 @@ def test_training_from_ledger_rows(app, redis_client):
     assert out["trained"] and out["status"] == "active" and out["version"] == 1
     assert train_from_ledger(f"tenant:{t.id}:wf:nothing") == {
         "scope": f"tenant:{t.id}:wf:nothing", "traces": 0, "trained": False}
+
+
+def test_a_tier_without_labels_is_left_out_of_the_version(app):
+    """Tier 2 unlabelled (frontier_until_router: nothing served there), tier 1 labelled by
+    exploration: the version learns tier 1, never routes to tier 2 (τ2 = 1.0, above any
+    calibrated q), and is promoted with traffic on tier 1."""
+    from app.core import router_model as rm
+    t = TenantFactory()
+    accept_regret(t)
+    only_t1 = [{**tr, "shadow": {"1": tr["shadow"]["1"]}} for tr in traces(800, seed=11)]
+    model = service.train_scope(f"tenant:{t.id}", only_t1)
+    assert model is not None and model.status == "active", model.metrics["comparison"]
+    tiers = {tier["rank"]: tier for tier in model.params["tiers"]}
+    assert tiers[2].get("unlabelled") and not tiers[1].get("unlabelled")
+    taus = {int(k): v for k, v in model.metrics["taus"].items()}
+    assert taus[2] == 1.0 and taus[1] < 1.0
+    shares = model.metrics["promotion"]["point"]["shares"]
+    assert float(shares.get("1", shares.get(1))) > 0.2
+    X = np.asarray([tr["features"] for tr in only_t1])
+    chosen = {rm.route(model.params, x, taus)[0] for x in X}
+    assert chosen == {1, 3}
+
+
+def test_not_enough_labels_on_any_tier_trains_nothing(app, monkeypatch):
+    monkeypatch.setitem(app.config, "ROUTER_MIN_LABELS", 10_000)
+    assert service.train_scope("global", traces(800, seed=12)) is None
