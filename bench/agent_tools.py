@@ -11,7 +11,9 @@ is sent twice, to the same reference engine under two cache salts (day 2, below)
 - ``full``: all 50 tools, as the agent declares them;
 - ``retrieval``: the tools the gateway's policy sends (``app.gateway.tool_retrieval.
   select_for``, the gateway's MiniLM field vectors): the k (to k+2) best scored for the
-  user turns, their id lookups, and every tool called earlier, by name.
+  user turns, their id lookups, and every tool called earlier, by name; with ``--stubs``
+  (policy ``tool_retrieval_stubs``) the next best scored as stubs, which count as sent
+  for recall and with their own tokens.
 
 Recall is measured on three days of the workflow: day 1 the tasks as written, with the
 workflow memory (tools called by past conversations that asked alike) empty at the start
@@ -86,6 +88,9 @@ def turns(task: tuple[str, list[str]]):
                       "content": json.dumps({"ok": True, "id": f"r{i}-{abs(hash(name)) % 997}"})}]
 
 
+STUBS = 0   # set by --stubs
+
+
 def selection(tools, messages, k, memory):
     """What the gateway's ``tool_retrieval.select`` sends (same function, one workflow)."""
     from app.contract.cache.embedding import embed
@@ -94,7 +99,8 @@ def selection(tools, messages, k, memory):
     from app.gateway.tool_retrieval import clause_vectors, select_for
     query = query_text(messages)
     return select_for(tools, messages, "auto", k=k, pinned=[], qvec=embed(query), query=query,
-                      key=("bench", "agent"), memory=memory, clauses=clause_vectors(query))
+                      key=("bench", "agent"), memory=memory, clauses=clause_vectors(query),
+                      stubs=STUBS)
 
 
 def cost(prices, prompt, cached, completion) -> Decimal:
@@ -127,9 +133,13 @@ def static_tokens(tokenizer) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--stubs", type=int, default=0,
+                    help="policy tool_retrieval_stubs: tools sent as stubs past the k")
     ap.add_argument("--tasks", type=int, default=len(TASKS))
     ap.add_argument("--no-engine", action="store_true", help="selection and counts only")
     args = ap.parse_args()
+    global STUBS
+    STUBS = args.stubs
 
     from app.contract.tokenizers import get_counter
     from app.gateway.tool_retrieval import _tokens, field_vectors
@@ -143,7 +153,8 @@ def main() -> int:
     tasks = TASKS[:args.tasks]
     print(f"workload: {len(tools)} tools ({full_tokens} definition tokens, "
           f"{min(per_tool.values())}-{max(per_tool.values())} per tool, SmolLM2 tokenizer), "
-          f"{len(tasks)} tasks, {sum(len(c) + 1 for _, c in tasks)} turns, k={args.k}")
+          f"{len(tasks)} tasks, {sum(len(c) + 1 for _, c in tasks)} turns, k={args.k}, "
+          f"stubs={args.stubs}")
     print(f"tool vectors: {n_fields} fields of {len(tools)} tools embedded in "
           f"{embed_s * 1000:.0f} ms (once per process)")
 
@@ -163,7 +174,8 @@ def main() -> int:
                     if needed in sel.names:
                         hit += 1
                     else:
-                        misses.append((task[0], needed, sorted(sel.names)))
+                        misses.append((task[0], needed, sorted(sel.names),
+                                       sel.ranked.index(needed) + 1))
                 plan.append((ti, messages, sel, completion))
         return plan, need, hit, misses
 
@@ -226,23 +238,24 @@ def main() -> int:
     for day, missed in (("day 1", misses1), ("day 3", misses3), ("day 4", misses4),
                         ("day 5", misses5), ("day 6", misses6), ("day 7", misses7),
                         ("day 8", misses8)):
-        for request, needed, sent in missed:
-            print(f"  {day} missed {needed} for {request!r}: sent {sent}")
-    for request, needed, sent in misses:
-        print(f"  day 2 missed {needed} for {request!r}: sent {sent}")
+        for request, needed, sent, rank in missed:
+            print(f"  {day} missed {needed} (scored {rank}th) for {request!r}: sent {sent}")
+    for request, needed, sent, rank in misses:
+        print(f"  day 2 missed {needed} (scored {rank}th) for {request!r}: sent {sent}")
     reasons = {}
     for _, _, sel, _ in plan:
         for why in sel.reasons.values():
             reasons[why] = reasons.get(why, 0) + 1
     print(f"day 2 tools sent, by reason: {reasons}")
-    sent_tokens = [sum(per_tool[t["function"]["name"]] for t in sel.sent) for _, _, sel, _ in plan]
+    # a stub counts as sent for recall and its own tokens count here (as the ledger books)
+    sent_tokens = [_tokens(sel.sent, counter) for _, _, sel, _ in plan]
     avg_sent = sum(sent_tokens) / len(sent_tokens)
     print(f"tool-definition tokens per turn: full {full_tokens}, retrieval {avg_sent:.0f} "
           f"(min {min(sent_tokens)}, max {max(sent_tokens)}) = "
           f"{100 * (1 - avg_sent / full_tokens):.1f}% fewer")
     for label, p in (("day 5", plan5), ("day 6", plan6), ("days 5 and 6", plan5 + plan6),
                      ("day 7", plan7), ("day 8", plan8), ("days 7 and 8", plan7 + plan8)):
-        toks = [sum(per_tool[t["function"]["name"]] for t in sel.sent) for _, _, sel, _ in p]
+        toks = [_tokens(sel.sent, counter) for _, _, sel, _ in p]
         avg = sum(toks) / len(toks)
         print(f"tool-definition tokens per turn, {label} (held out): retrieval {avg:.0f} = "
               f"{100 * (1 - avg / full_tokens):.1f}% fewer")
@@ -259,8 +272,7 @@ def main() -> int:
         p3, n3, h3, _ = replay(day3, copy(memory))
         p2, n2, h2, _ = replay(day2, memory)
         args.k = args_k
-        toks = sum(sum(per_tool[t["function"]["name"]] for t in sel.sent)
-                   for _, _, sel, _ in p2 + p3) / len(p2 + p3)
+        toks = sum(_tokens(sel.sent, counter) for _, _, sel, _ in p2 + p3) / len(p2 + p3)
         print(f"  k={k:<3} recall day 1 {100 * h1 / n1:5.1f}%  day 2 {100 * h2 / n2:5.1f}%  "
               f"day 3 {100 * h3 / n3:5.1f}%  tool tokens per turn {toks:5.0f} "
               f"({100 * (1 - toks / full_tokens):.1f}% fewer)")

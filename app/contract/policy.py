@@ -147,6 +147,12 @@ FIELDS: dict[str, Field] = {
     "tool_retrieval_k": Field(int, 6, 1, 128, help="Tools sent when retrieval applies (the "
                                                    "choice, called and pinned ones may exceed it)",
                               tenant=TENANT_FREE),
+    "tool_retrieval_stubs": Field(int, 0, 0, 128,
+                                  help="Tools sent as stubs past the full ones (name, one-line "
+                                       "description, parameter names and types): the next "
+                                       "best scored; a stub called with arguments its full "
+                                       "schema rejects is retried with the full definition",
+                                  tenant=TENANT_FREE),
     "tool_retrieval_pinned": Field(str, "", help="Tools always sent (comma-separated names)",
                                    tenant=TENANT_FREE),
     "tool_retrieval_workflows": Field(str, "",

@@ -23,7 +23,14 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
   is a "CRM customer id", which ``search_customers`` finds), so a lookup-then-act task
   has both halves on its first turn.
 
-They go out in canonical order (by name), so a conversation whose selection does not
+With ``stubs`` (tiered definitions), the next best scored tools past those go too, as
+stubs (``stub_definition``: name, a one-line description, parameter names and types, which
+of them are required; no parameter descriptions), a third to a half of a full definition's
+tokens: more tools reach the model within the same token budget. A call to a stub whose
+arguments the full schema rejects is retried with the full definition (the gateway's
+``tool_retrieval``).
+
+They go out in canonical order (by name), stubs among the full ones, so a conversation whose selection does not
 change sends byte-identical tool blocks turn after turn and the engine's prefix cache
 keeps hitting; the query is the user turns only (not tool results), so an agent's tool
 turns do not move the selection.
@@ -40,9 +47,12 @@ QUERY_CHARS = 2000   # user text embedded as the query (latest turns kept)
 @dataclass(frozen=True)
 class Selection:
     sent: list[dict]                        # tools to send, canonical order
-    # name -> choice|called|pinned|learned|companion|similar|prerequisite
+    # name -> choice|called|pinned|learned|companion|similar|prerequisite|stub
     reasons: dict[str, str] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)        # names not sent
+    ranked: list[str] = field(default_factory=list)         # every tool, best scored first
+    scores: dict[str, float] = field(default_factory=dict)  # name -> score ranked by
+    stubbed: list[str] = field(default_factory=list)        # sent as stubs (reason "stub")
 
     @property
     def names(self) -> set[str]:
@@ -97,6 +107,47 @@ def tool_fields(tools: Sequence[Mapping[str, Any]]) -> list[list[str]]:
                 fields.append(f"{_words(str(key))}: {desc}" if desc else _words(str(key)))
         out.append([f for f in fields if f])
     return out
+
+
+_FIRST_SENTENCE = re.compile(r"(?<=[.!?])\s")
+STUB_DESCRIPTION_WORDS = 8   # bench/results/agent_tools.txt: 0, 6, 8, 12 measured
+
+
+def _stub_schema(spec: Any) -> dict:
+    """A parameter's schema without its description: type (and enum, items, properties,
+    required for nested ones) only."""
+    if not isinstance(spec, Mapping):
+        return {}
+    out = {k: spec[k] for k in ("type", "enum", "const") if k in spec}
+    if isinstance(spec.get("items"), Mapping):
+        out["items"] = _stub_schema(spec["items"])
+    if isinstance(spec.get("properties"), Mapping):
+        out["properties"] = {k: _stub_schema(v) for k, v in spec["properties"].items()}
+        if spec.get("required"):
+            out["required"] = spec["required"]
+    for key in ("anyOf", "oneOf"):
+        if isinstance(spec.get(key), list):
+            out[key] = [_stub_schema(v) for v in spec[key]]
+    return out
+
+
+def stub_definition(tool: Mapping[str, Any]) -> dict:
+    """What a tool is sent as past the full ones: its name, the first sentence of its
+    description (at most ``STUB_DESCRIPTION_WORDS`` words), its parameters' names and types
+    and which are required, no parameter descriptions. Enough to call it; a call the full
+    schema rejects is retried with the full definition."""
+    fn = tool.get("function") or {}
+    out: dict[str, Any] = {"name": tool_name(tool)}
+    desc = str(fn.get("description") or "").strip()
+    if desc:
+        words = _FIRST_SENTENCE.split(desc, 1)[0].split()
+        out["description"] = " ".join(words[:STUB_DESCRIPTION_WORDS]) + \
+            (" ..." if len(words) > STUB_DESCRIPTION_WORDS else "")
+    params = fn.get("parameters")
+    if isinstance(params, Mapping):
+        out["parameters"] = {"type": "object", **{
+            k: v for k, v in _stub_schema(params).items() if k != "type"}}
+    return {"type": "function", "function": out}
 
 
 LOOKUP_VERBS = {"search", "find", "list", "lookup"}
@@ -250,7 +301,8 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  k_max: int | None = None, margin: float = 0.0,
                  prerequisite: Mapping[str, Sequence[str]] | None = None,
                  consumer_weight: float = 0.2, low: float | None = None,
-                 k_low: int = 0, margin_low: float | None = None) -> Selection:
+                 k_low: int = 0, margin_low: float | None = None,
+                 stubs: int = 0) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
@@ -263,7 +315,8 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     and a tool whose lookup was called gets ``consumer_weight`` more. ``low``: when the
     best score is under it and no tool has been called yet (nothing matches the request
     well, so the ranking below the top is noise), up to ``k_low`` go, those within
-    ``margin_low`` of the best."""
+    ``margin_low`` of the best. ``stubs``: the next that many best scored go as stubs
+    (``stub_definition``, reason "stub")."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     called = called_names(messages)
@@ -304,5 +357,12 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
         for pre in prerequisite.get(name) or ():
             if pre in names:
                 reasons.setdefault(pre, "prerequisite")
-    sent = sorted((t for t, n in zip(tools, names) if n in reasons), key=tool_name)
-    return Selection(sent, reasons, [n for n in names if n not in reasons])
+    stubbed = [names[i] for i in ranked if names[i] not in reasons][:max(0, stubs)]
+    for name in stubbed:
+        reasons[name] = "stub"
+    stub_set = set(stubbed)
+    sent = sorted((stub_definition(t) if n in stub_set else t
+                   for t, n in zip(tools, names) if n in reasons), key=tool_name)
+    return Selection(sent, reasons, [n for n in names if n not in reasons],
+                     [names[i] for i in ranked], {names[i]: score[i] for i in ranked},
+                     stubbed)

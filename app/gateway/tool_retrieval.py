@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from app.core.tool_select import Selection, parse_pinned, prerequisites, query_text, \
-    select_tools, tool_fields, tool_name
+    select_tools, stub_definition, tool_fields, tool_name
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
 
@@ -166,10 +166,11 @@ LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
-               memory: WorkflowMemory, clauses: list | None = None) -> Selection:
+               memory: WorkflowMemory, clauses: list | None = None,
+               stubs: int = 0) -> Selection:
     """The selection for a conversation whose user turns ``query`` embed as ``qvec``
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
-    under ``key`` (the gateway's and the bench's)."""
+    under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs."""
     from app.core.tool_select import called_names, learned_tools
     sims = similarity(tools, query, qvec, clauses)
     learned = learned_tools(qvec, memory.entries(key), min_similarity=LEARNED_MIN_SIMILARITY)
@@ -178,24 +179,25 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
                         margin=MARGIN, prerequisite=prerequisites(tools), low=LOW_SCORE,
-                        k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW)
+                        k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW, stubs=stubs)
 
 
 def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
     tools, messages = body["tools"], body.get("messages") or []
     k = int(ctx.policy["tool_retrieval_k"])
+    stubs = int(ctx.policy.get("tool_retrieval_stubs") or 0)
     pinned = parse_pinned(ctx.policy.get("tool_retrieval_pinned") or "")
     query = query_text(messages)
     if not query.strip():
         return select_tools(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                             similarity=[0.0] * len(tools),
-                            prerequisite=prerequisites(tools))
+                            prerequisite=prerequisites(tools), stubs=stubs)
     qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
     return select_for(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                       qvec=qvec, query=query,
                       key=((ctx.tenant or {}).get("id"), ctx.workflow_signature),
-                      memory=memory, clauses=clause_vectors(query))
+                      memory=memory, clauses=clause_vectors(query), stubs=stubs)
 
 
 def choose(ctx: RequestContext) -> dict:
@@ -212,8 +214,8 @@ def choose(ctx: RequestContext) -> dict:
         return body
     ctx.telemetry["tools"] = {"retrieval": "applied", "offered": len(body["tools"]),
                               "sent": len(sel.sent), "reasons": sel.reasons,
-                              "dropped": sel.dropped}
-    if not sel.dropped:
+                              "dropped": sel.dropped, "stubbed": sel.stubbed}
+    if not sel.dropped and not sel.stubbed:
         return body
     return {**body, "tools": sel.sent}
 
@@ -232,7 +234,8 @@ def _tokens(tools: list, counter) -> int:
 
 def count_definitions(ctx: RequestContext) -> None:
     """Book the tool-definition tokens sent upstream, and those retrieval kept out (the
-    dropped tools as the client wrote them), in the tier's tokenizer."""
+    dropped tools as the client wrote them, and for each tool sent as a stub its full
+    definition less the stub), in the tier's tokenizer."""
     sent = (ctx.upstream_body or ctx.body).get("tools")
     if not isinstance(sent, list) or not sent:
         return
@@ -241,32 +244,75 @@ def count_definitions(ctx: RequestContext) -> None:
     info = ctx.telemetry.setdefault("tools", {})
     info["definition_tokens"] = _tokens(sent, counter)
     dropped = set(info.get("dropped") or ())
+    stubbed = set(info.get("stubbed") or ())
     full = ctx.body.get("tools") or []
-    info["saved_tokens"] = _tokens([t for t in full if tool_name(t) in dropped], counter) \
-        if dropped else 0
+    saved = _tokens([t for t in full if tool_name(t) in dropped], counter) if dropped else 0
+    if stubbed:
+        whole = [t for t in full if tool_name(t) in stubbed]
+        saved += _tokens(whole, counter) - _tokens([stub_definition(t) for t in whole],
+                                                   counter)
+    info["saved_tokens"] = max(saved, 0)
     info.setdefault("retries", 0)
 
 
+def _fits(tool: dict | None, arguments: Any) -> bool:
+    """Whether a call's arguments (a JSON string) are valid under the tool's full
+    parameter schema; a schema the validator cannot read counts as fitting."""
+    import jsonschema
+    try:
+        args = orjson.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
+    except orjson.JSONDecodeError:
+        return False
+    schema = ((tool or {}).get("function") or {}).get("parameters")
+    if not isinstance(schema, dict):
+        return True
+    try:
+        cls = jsonschema.validators.validator_for(schema)
+        return not any(True for _ in cls(schema).iter_errors(args))
+    except Exception:  # noqa: BLE001 - a schema jsonschema rejects: the upstream's call
+        return True
+
+
 def needs_full_set(ctx: RequestContext, data: dict) -> bool:
-    """True when the answer calls a tool the client declared but retrieval did not send:
-    the model guessed a schema it never saw, so the request is sent again with every
-    tool (once; counted in ``tools.retries`` and as a discarded attempt)."""
+    """True when the answer calls a tool the client declared but retrieval did not send
+    (the model guessed a schema it never saw: the request is sent again with every tool),
+    or calls a tool sent as a stub with arguments its full schema rejects (sent again with
+    that tool's full definition); once, counted in ``tools.retries`` and as a discarded
+    attempt."""
     info = ctx.telemetry.get("tools") or {}
     dropped = set(info.get("dropped") or ())
-    if not dropped or info.get("retries"):
+    stubbed = set(info.get("stubbed") or ())
+    if not (dropped or stubbed) or info.get("retries"):
         return False
+    full = {tool_name(t): t for t in ctx.body.get("tools") or []}
     for ch in data.get("choices") or []:
         for tc in (ch.get("message") or {}).get("tool_calls") or []:
-            if tool_name(tc) in dropped:
+            name = tool_name(tc)
+            if name in dropped:
                 info["retries"] = 1
-                info["unsent_call"] = tool_name(tc)
+                info["unsent_call"] = name
+                return True
+            if name in stubbed and not _fits(full.get(name),
+                                             (tc.get("function") or {}).get("arguments")):
+                info["retries"] = 1
+                info["stub_call"] = name
                 return True
     return False
 
 
 def full_set_body(ctx: RequestContext) -> dict:
-    """The retry's body: the client's, every tool; the saving is gone."""
+    """The retry's body: after a call to an unsent tool, the client's, every tool (the
+    saving is gone); after a call to a stub, the tools sent with that one's full definition
+    in its place (same position)."""
     info = ctx.telemetry.get("tools") or {}
-    info["dropped"], info["saved_tokens"] = [], 0
+    stub = info.get("stub_call")
+    if stub and not info.get("unsent_call"):
+        full = {tool_name(t): t for t in ctx.body.get("tools") or []}
+        sent = (ctx.tools_body or ctx.body).get("tools") or []
+        info["stubbed"] = [n for n in info.get("stubbed") or () if n != stub]
+        (info.get("reasons") or {})[stub] = "stub_retry"
+        return {**(ctx.tools_body or ctx.body),
+                "tools": [full.get(stub, t) if tool_name(t) == stub else t for t in sent]}
+    info["dropped"], info["stubbed"], info["saved_tokens"] = [], [], 0
     info["sent"] = info.get("offered", info.get("sent"))
     return ctx.body

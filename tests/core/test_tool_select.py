@@ -123,3 +123,30 @@ def test_a_low_best_score_on_a_first_turn_sends_more_within_the_wider_margin():
     assert sel.names == {"zeta"}                                 # confident: k only
     sel = select_tools(TOOLS, CALLED, "auto", **kw)
     assert sel.names == {"zeta", "gamma"}                        # a tool was called: k only
+
+
+def test_stubs_are_the_next_best_scored_in_canonical_order_with_names_and_types_only():
+    from app.core.tool_select import stub_definition
+    tool = {"type": "function", "function": {
+        "name": "get_weather", "description": "Return the weather for a city over the next "
+        "ten days with rain and wind. Use only when asked.",
+        "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                       "properties": {
+                           "city": {"type": "string", "description": "City name"},
+                           "units": {"type": "string", "enum": ["metric", "imperial"],
+                                     "description": "Units"},
+                           "days": {"type": "array", "items": {"type": "integer",
+                                                               "description": "d"}}}}}}
+    assert stub_definition(tool) == {"type": "function", "function": {
+        "name": "get_weather", "description": "Return the weather for a city over the ...",
+        "parameters": {"type": "object", "required": ["city"], "properties": {
+            "city": {"type": "string"}, "units": {"type": "string",
+                                                  "enum": ["metric", "imperial"]},
+            "days": {"type": "array", "items": {"type": "integer"}}}}}}
+    sel = select_tools(TOOLS, CALLED, "auto", k=1, pinned=[], stubs=2,
+                       similarity=[0.5, 0.1, 0.9, 0.3, 0])
+    assert sel.reasons == {"gamma": "called", "mid": "similar", "zeta": "stub",
+                           "beta": "stub"}
+    assert sel.stubbed == ["zeta", "beta"] and sel.dropped == ["alpha"]
+    assert [t["function"]["name"] for t in sel.sent] == ["beta", "gamma", "mid", "zeta"]
+    assert sel.sent[0] == stub_definition(TOOLS[3]) and sel.sent[2] == TOOLS[2]

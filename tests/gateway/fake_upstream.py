@@ -6,7 +6,8 @@ streaming with usage, logprobs, and directives in the last user message:
 content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
 (seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...);
 ``[[call-tool:NAME]]`` in any message (not streamed) answer with a call to tool NAME, sent
-or not, as a frontier model that saw the tool earlier in the conversation might.
+or not, as a frontier model that saw the tool earlier in the conversation might, with
+arguments ``{}`` (``[[call-tool:NAME {"city": "Oslo"}]]``: those arguments).
 
 A fake named ``unsure...`` is a low-confidence model: its answers start ``Unsure:`` and
 its logprobs have a small top-1/top-2 gap (margin 0.3; the normal fake's is 2.95). A fake
@@ -33,7 +34,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 _DIRECTIVE = re.compile(r"\[\[([a-z-]+):(\d+)\]\]")
-_CALL_TOOL = re.compile(r"\[\[call-tool:([A-Za-z0-9_.-]+)\]\]")
+_CALL_TOOL = re.compile(r"\[\[call-tool:([A-Za-z0-9_.-]+)(?: (\{.*?\}))?\]\]")
 NOVICE_WORDS = 24
 CONFIDENT, UNSURE = ("Echo", -0.05, -3.0), ("Unsure", -0.6, -0.9)
 
@@ -109,7 +110,8 @@ def create_fake(name: str = "fake") -> Starlette:
                 "choices": [{"index": 0, "message": {
                     "role": "assistant", "content": None, "tool_calls": [{
                         "id": f"call_{stats['requests']}", "type": "function",
-                        "function": {"name": called.group(1), "arguments": "{}"}}]},
+                        "function": {"name": called.group(1),
+                                     "arguments": called.group(2) or "{}"}}]},
                     "logprobs": None, "finish_reason": "tool_calls"}],
                 "usage": usage}), media_type="application/json", headers=headers)
         if not body.get("stream"):

@@ -102,3 +102,74 @@ def test_without_the_policy_every_tool_goes_and_is_counted(app, gateway, fake_re
     assert _sent(fake_replicas[0]) == list(SPECS)
     row = w.drain_rows(1)[0]
     assert row.tool_tokens > 12 * 20 and row.tool_tokens_saved == 0
+
+
+STUB_POLICY = {"tool_retrieval": True, "tool_retrieval_k": 2, "tool_retrieval_stubs": 2}
+
+
+def _full_tokens(tools) -> int:
+    from app.contract.tokenizers import SMOLLM2, get_counter
+    from app.gateway.tool_retrieval import _tokens
+    return _tokens(tools, get_counter(SMOLLM2))   # the reference engine's pool counts so
+
+
+def test_stubs_go_past_the_k_full_ones_and_the_ledger_books_full_less_stub(
+        app, gateway, fake_replicas, frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=STUB_POLICY)
+    w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "user", "content": "Will it rain in Paris tomorrow?"}])
+    body = httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]
+    sent = {t["function"]["name"]: t for t in body["tools"]}
+    row = w.drain_rows(1)[0]
+    info = row.payload["pipeline"]["tools"]
+    assert len(info["stubbed"]) == 2 and "get_weather" not in info["stubbed"]
+    assert {info["reasons"][n] for n in info["stubbed"]} == {"stub"}
+    assert list(sent) == sorted(sent) and len(sent) == 4 and "get_weather" in sent
+    full = {t["function"]["name"]: t for t in TOOLS}
+    for name, tool in sent.items():
+        if name in info["stubbed"]:   # name, description, parameter types; no descriptions
+            fn = tool["function"]
+            assert fn["parameters"] == {"type": "object", "required": ["query"],
+                                        "properties": {"query": {"type": "string"}}}
+            assert fn["description"].split()[:3] == \
+                full[name]["function"]["description"].split()[:3]
+        else:
+            assert tool == full[name]
+    # sent (what went up) + saved (dropped tools in full, stubs' full less stub) = all 12
+    assert row.tool_tokens == _full_tokens(body["tools"])
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+    assert row.tool_retries == 0
+
+
+def test_a_stub_called_with_arguments_its_schema_takes_is_not_retried_else_it_is(
+        app, gateway, fake_replicas, frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=STUB_POLICY)
+    ask = {"role": "user", "content": "Will it rain in Paris tomorrow?"}
+    w.client().chat.completions.create(model="tier-1", tools=TOOLS, temperature=0,
+                                       messages=[ask])
+    stub = w.drain_rows(1)[0].payload["pipeline"]["tools"]["stubbed"][0]
+    r = w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "system", "content": f'[[call-tool:{stub} {{"query": "x"}}]]'},
+                  ask])
+    assert r.choices[0].message.tool_calls[0].function.name == stub
+    row = w.drain_rows(2)[1]   # every row of the tenant so far, oldest first
+    assert row.tool_retries == 0 and row.payload.get("attempts", []) == []
+    # arguments the full schema rejects (its required "query" missing): sent again with
+    # that tool's full definition in its place, the other stub still a stub; counted
+    r = w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "system", "content": f"[[call-tool:{stub}]]"}, ask])
+    assert r.choices[0].message.tool_calls[0].function.name == stub
+    body = httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]
+    again = {t["function"]["name"]: t for t in body["tools"]}
+    assert list(again) == sorted(again) and len(again) == 4
+    assert again[stub] == next(t for t in TOOLS if t["function"]["name"] == stub)
+    row = w.drain_rows(3)[2]
+    info = row.payload["pipeline"]["tools"]
+    assert row.tool_retries == 1 and info["stub_call"] == stub and "unsent_call" not in info
+    assert [a["reason"] for a in row.payload["attempts"]] == ["tool_retry"]
+    assert stub not in info["stubbed"] and len(info["stubbed"]) == 1
+    assert row.tool_tokens == _full_tokens(body["tools"])
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)

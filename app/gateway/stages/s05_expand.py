@@ -90,8 +90,10 @@ def _expand_response(ctx: RequestContext) -> list[str]:
 
 
 def _unsent_tool_called(ctx: RequestContext) -> bool:
-    """A complete answer that calls a tool retrieval did not send (see tool_retrieval)."""
-    if ctx.stream or not (ctx.telemetry.get("tools") or {}).get("dropped") \
+    """A complete answer that calls a tool retrieval did not send, or a stub with arguments
+    its full schema rejects (see tool_retrieval)."""
+    info = ctx.telemetry.get("tools") or {}
+    if ctx.stream or not (info.get("dropped") or info.get("stubbed")) \
             or not ctx.response_bytes:
         return False
     from app.gateway import tool_retrieval
