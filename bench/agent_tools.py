@@ -12,8 +12,9 @@ is sent twice, to the same reference engine under two cache salts (day 2, below)
 - ``retrieval``: the tools the gateway's policy sends (``app.gateway.tool_retrieval.
   select_for``, the gateway's MiniLM field vectors): the k (to k+2) best scored for the
   user turns, their id lookups, and every tool called earlier, by name; with ``--stubs``
-  (policy ``tool_retrieval_stubs``) the next best scored as stubs, which count as sent
-  for recall and with their own tokens.
+  (policy ``tool_retrieval_stubs``) the next best scored as stubs, and with ``--full``
+  (``tool_retrieval_full``) only that many of the scored picks in full, the rest as stubs;
+  a stub counts as sent for recall, with its own tokens.
 
 Recall is measured on three days of the workflow: day 1 the tasks as written, with the
 workflow memory (tools called by past conversations that asked alike) empty at the start
@@ -88,7 +89,7 @@ def turns(task: tuple[str, list[str]]):
                       "content": json.dumps({"ok": True, "id": f"r{i}-{abs(hash(name)) % 997}"})}]
 
 
-STUBS = 0   # set by --stubs
+STUBS, FULL = 0, None   # set by --stubs, --full
 
 
 def selection(tools, messages, k, memory):
@@ -100,7 +101,7 @@ def selection(tools, messages, k, memory):
     query = query_text(messages)
     return select_for(tools, messages, "auto", k=k, pinned=[], qvec=embed(query), query=query,
                       key=("bench", "agent"), memory=memory, clauses=clause_vectors(query),
-                      stubs=STUBS)
+                      stubs=STUBS, full=FULL)
 
 
 def cost(prices, prompt, cached, completion) -> Decimal:
@@ -135,11 +136,14 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--stubs", type=int, default=0,
                     help="policy tool_retrieval_stubs: tools sent as stubs past the k")
+    ap.add_argument("--full", type=int, default=0,
+                    help="policy tool_retrieval_full: of the scored picks, how many go in "
+                         "full (0: all)")
     ap.add_argument("--tasks", type=int, default=len(TASKS))
     ap.add_argument("--no-engine", action="store_true", help="selection and counts only")
     args = ap.parse_args()
-    global STUBS
-    STUBS = args.stubs
+    global STUBS, FULL
+    STUBS, FULL = args.stubs, args.full or None
 
     from app.contract.tokenizers import get_counter
     from app.gateway.tool_retrieval import _tokens, field_vectors
@@ -154,7 +158,7 @@ def main() -> int:
     print(f"workload: {len(tools)} tools ({full_tokens} definition tokens, "
           f"{min(per_tool.values())}-{max(per_tool.values())} per tool, SmolLM2 tokenizer), "
           f"{len(tasks)} tasks, {sum(len(c) + 1 for _, c in tasks)} turns, k={args.k}, "
-          f"stubs={args.stubs}")
+          f"full={args.full or 'all'}, stubs={args.stubs}")
     print(f"tool vectors: {n_fields} fields of {len(tools)} tools embedded in "
           f"{embed_s * 1000:.0f} ms (once per process)")
 

@@ -153,6 +153,12 @@ FIELDS: dict[str, Field] = {
                                        "best scored; a stub called with arguments its full "
                                        "schema rejects is retried with the full definition",
                                   tenant=TENANT_FREE),
+    "tool_retrieval_full": Field(int, 0, 0, 128,
+                                 help="Of the best scored tools sent, how many go with their "
+                                      "full definitions; the others go as stubs (0: all in "
+                                      "full). The choice, called and pinned tools and the "
+                                      "lookups they need always go in full",
+                                 tenant=TENANT_FREE),
     "tool_retrieval_pinned": Field(str, "", help="Tools always sent (comma-separated names)",
                                    tenant=TENANT_FREE),
     "tool_retrieval_workflows": Field(str, "",

@@ -23,17 +23,18 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
   is a "CRM customer id", which ``search_customers`` finds), so a lookup-then-act task
   has both halves on its first turn.
 
-With ``stubs`` (tiered definitions), the next best scored tools past those go too, as
+Tiered definitions: with ``stubs``, the next best scored tools past those go too, as
 stubs (``stub_definition``: name, a one-line description, parameter names and types, which
-of them are required; no parameter descriptions), a third to a half of a full definition's
-tokens: more tools reach the model within the same token budget. A call to a stub whose
-arguments the full schema rejects is retried with the full definition (the gateway's
-``tool_retrieval``).
+of them are required; no parameter descriptions), about 60% of a full definition's tokens
+here; with ``full``, only that many of the best scored go in full and the rest of the
+scored picks as stubs. More tools reach the model within the same token budget. A call to
+a stub whose arguments the full schema rejects is retried with the full definition (the
+gateway's ``tool_retrieval``).
 
-They go out in canonical order (by name), stubs among the full ones, so a conversation whose selection does not
-change sends byte-identical tool blocks turn after turn and the engine's prefix cache
-keeps hitting; the query is the user turns only (not tool results), so an agent's tool
-turns do not move the selection.
+They go out in canonical order (by name), stubs among the full ones, so a conversation
+whose selection does not change sends byte-identical tool blocks turn after turn and the
+engine's prefix cache keeps hitting; the query is the user turns only (not tool results),
+so an agent's tool turns do not move the selection.
 """
 from __future__ import annotations
 
@@ -302,7 +303,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  prerequisite: Mapping[str, Sequence[str]] | None = None,
                  consumer_weight: float = 0.2, low: float | None = None,
                  k_low: int = 0, margin_low: float | None = None,
-                 stubs: int = 0) -> Selection:
+                 stubs: int = 0, full: int | None = None) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
@@ -316,7 +317,9 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     best score is under it and no tool has been called yet (nothing matches the request
     well, so the ranking below the top is noise), up to ``k_low`` go, those within
     ``margin_low`` of the best. ``stubs``: the next that many best scored go as stubs
-    (``stub_definition``, reason "stub")."""
+    (``stub_definition``, reason "stub"); ``full``: only that many of the scored picks
+    (not the choice, called, pinned tools or prerequisites) go in full, the rest of them as
+    stubs too."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     called = called_names(messages)
@@ -350,6 +353,8 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
         if len(picked) >= k_max or (len(picked) >= k and score[i] < score[ranked[0]] - margin):
             break
         picked.append(names[i])
+    scored = [n for n in picked if n not in reasons]
+    stubbed = scored[full:] if full is not None else []
     for name in picked:
         reasons.setdefault(name, "learned" if name in learned
                            else "companion" if name in boosted else "similar")
@@ -357,7 +362,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
         for pre in prerequisite.get(name) or ():
             if pre in names:
                 reasons.setdefault(pre, "prerequisite")
-    stubbed = [names[i] for i in ranked if names[i] not in reasons][:max(0, stubs)]
+    stubbed += [names[i] for i in ranked if names[i] not in reasons][:max(0, stubs)]
     for name in stubbed:
         reasons[name] = "stub"
     stub_set = set(stubbed)

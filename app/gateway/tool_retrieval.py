@@ -167,10 +167,11 @@ LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
                memory: WorkflowMemory, clauses: list | None = None,
-               stubs: int = 0) -> Selection:
+               stubs: int = 0, full: int | None = None) -> Selection:
     """The selection for a conversation whose user turns ``query`` embed as ``qvec``
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
-    under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs."""
+    under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs, and of the
+    scored picks only ``full`` in full (``select_tools``)."""
     from app.core.tool_select import called_names, learned_tools
     sims = similarity(tools, query, qvec, clauses)
     learned = learned_tools(qvec, memory.entries(key), min_similarity=LEARNED_MIN_SIMILARITY)
@@ -179,7 +180,8 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
                         margin=MARGIN, prerequisite=prerequisites(tools), low=LOW_SCORE,
-                        k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW, stubs=stubs)
+                        k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW, stubs=stubs,
+                        full=full)
 
 
 def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
@@ -187,17 +189,18 @@ def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> 
     tools, messages = body["tools"], body.get("messages") or []
     k = int(ctx.policy["tool_retrieval_k"])
     stubs = int(ctx.policy.get("tool_retrieval_stubs") or 0)
+    full = int(ctx.policy.get("tool_retrieval_full") or 0) or None
     pinned = parse_pinned(ctx.policy.get("tool_retrieval_pinned") or "")
     query = query_text(messages)
     if not query.strip():
         return select_tools(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                             similarity=[0.0] * len(tools),
-                            prerequisite=prerequisites(tools), stubs=stubs)
+                            prerequisite=prerequisites(tools), stubs=stubs, full=full)
     qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
     return select_for(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                       qvec=qvec, query=query,
                       key=((ctx.tenant or {}).get("id"), ctx.workflow_signature),
-                      memory=memory, clauses=clause_vectors(query), stubs=stubs)
+                      memory=memory, clauses=clause_vectors(query), stubs=stubs, full=full)
 
 
 def choose(ctx: RequestContext) -> dict:

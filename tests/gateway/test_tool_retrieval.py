@@ -173,3 +173,20 @@ def test_a_stub_called_with_arguments_its_schema_takes_is_not_retried_else_it_is
     assert stub not in info["stubbed"] and len(info["stubbed"]) == 1
     assert row.tool_tokens == _full_tokens(body["tools"])
     assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+
+
+def test_with_tool_retrieval_full_the_other_best_scored_go_as_stubs(
+        app, gateway, fake_replicas, frontier):
+    policy = {**STUB_POLICY, "tool_retrieval_k": 3, "tool_retrieval_full": 1,
+              "tool_retrieval_stubs": 1}
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=policy)
+    w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "user", "content": "Will it rain in Paris tomorrow?"}])
+    body = httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]
+    row = w.drain_rows(1)[0]
+    info = row.payload["pipeline"]["tools"]
+    full = [n for n, why in info["reasons"].items() if why != "stub"]
+    assert full == ["get_weather"] and len(info["stubbed"]) >= 3   # 2 of the k, 1 more
+    assert len(body["tools"]) == 1 + len(info["stubbed"])
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
