@@ -18,7 +18,11 @@ looks heavier than one that is merely busy, and traffic that bypasses the gatewa
 (batch jobs, other routers) still shows.
 
 ``InflightTracker`` (sync) and ``AsyncInflightTracker`` (redis.asyncio, for the Starlette
-gateway) share the command builders below; each read is one pipeline round trip.
+gateway) share the command builders below. A read is one script call that sums the loads in
+Redis (``LOAD_LUA``) and returns one number per replica: S03 reads loads on every request,
+and parsing three hashes per replica in Python cost the gateway more than the choice itself.
+S03 ``kv_events`` reads the loads in the same call as the KV-block index
+(``app.contract.kv_index.read_route_inputs``).
 """
 from __future__ import annotations
 
@@ -56,36 +60,65 @@ def _write_cmds(k: Keys, gid: str, replica_id: Hashable, count: int, now: float,
             ("expire", (inflight, 2 * ttl_s)), ("expire", (seen, 2 * ttl_s))]
 
 
-def _read_cmds(k: Keys, replica_ids: Iterable[Hashable]) -> list[tuple[str, tuple]]:
-    cmds = []
+# A Lua function: the load of one replica from its inflight and inflight_seen hashes and its
+# stats hash at (now, ttl); the same rule as the Python readers had: a gateway's count
+# counts while its seen time is within ttl, plus the scraped queue, each floored at 0.
+LOAD_LUA = """
+local function replica_load(inflight, seen, stats, now, ttl)
+  local live = 0
+  local counts = redis.call('HGETALL', inflight)
+  if #counts > 0 then
+    local raw = redis.call('HGETALL', seen)
+    local at = {}
+    for j = 1, #raw, 2 do at[raw[j]] = tonumber(raw[j + 1]) end
+    for j = 1, #counts, 2 do
+      if now - (at[counts[j]] or 0) <= ttl then live = live + (tonumber(counts[j + 1]) or 0) end
+    end
+  end
+  if live < 0 then live = 0 end
+  local waiting = tonumber(redis.call('HGET', stats, 'num_requests_waiting')) or 0
+  if waiting < 0 then waiting = 0 end
+  return live + waiting
+end
+"""
+# KEYS: (inflight, inflight_seen, stats) per replica; ARGV: now, ttl. Loads as strings (a
+# Lua number would come back truncated to an integer).
+_LOADS_LUA = LOAD_LUA + """
+local out = {}
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 1, #KEYS / 3 do
+  out[i] = tostring(replica_load(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], now, ttl))
+end
+return out
+"""
+_scripts: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def registered(redis, text: str):
+    """``redis.register_script(text)``, once per client (sync or asyncio); the Script
+    reloads itself when Redis lost it (a restart)."""
+    key = (id(redis), text)
+    got = _scripts.get(key)
+    if got is None or got[0] is not redis:
+        got = _scripts[key] = (redis, redis.register_script(text))
+    return got[1]
+
+
+def load_keys(k: Keys, replica_ids: Iterable[Hashable]) -> list[str]:
+    """``LOAD_LUA``'s three keys per replica, in order."""
+    names: list[str] = []
     for rid in replica_ids:
-        cmds += [("hgetall", (k.replica_inflight(rid),)),
-                 ("hgetall", (k.replica_inflight_seen(rid),)),
-                 ("hget", (k.replica_stats(rid), "num_requests_waiting"))]
-    return cmds
+        names += [k.replica_inflight(rid), k.replica_inflight_seen(rid), k.replica_stats(rid)]
+    return names
 
 
-def _num(raw: Any) -> float:
-    try:
-        return float(raw.decode() if isinstance(raw, bytes) else raw)
-    except (TypeError, ValueError, AttributeError):
-        return 0.0
+def parse_load(raw: Any) -> float:
+    return float(raw.decode() if isinstance(raw, bytes) else raw)
 
 
-def _sum_loads(replica_ids: list[Hashable], results: list, now: float,
-               ttl_s: int) -> dict[Hashable, float]:
-    loads = {}
-    for i, rid in enumerate(replica_ids):
-        counts, seen, waiting = results[3 * i: 3 * i + 3]
-        live = sum(_num(v) for f, v in (counts or {}).items()
-                   if now - _num((seen or {}).get(f)) <= ttl_s)
-        loads[rid] = max(0.0, live) + max(0.0, _num(waiting))
-    return loads
-
-
-def _queue(pipe, cmds: list[tuple[str, tuple]]) -> None:
-    for name, args in cmds:
-        getattr(pipe, name)(*args)
+def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> dict:
+    return {"keys": load_keys(_keys(ns), ids),
+            "args": [repr(time.time() if now is None else now), ttl_s]}
 
 
 def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
@@ -94,9 +127,8 @@ def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
     ids = list(replica_ids)
     if not ids:
         return {}
-    pipe = redis.pipeline(transaction=False)
-    _queue(pipe, _read_cmds(_keys(ns), ids))
-    return _sum_loads(ids, pipe.execute(), time.time() if now is None else now, ttl_s)
+    got = registered(redis, _LOADS_LUA)(**_loads_call(ids, ns, ttl_s, now))
+    return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 
 async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
@@ -106,10 +138,13 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     ids = list(replica_ids)
     if not ids:
         return {}
-    pipe = redis.pipeline(transaction=False)
-    _queue(pipe, _read_cmds(_keys(ns), ids))
-    results = await pipe.execute()
-    return _sum_loads(ids, results, time.time() if now is None else now, ttl_s)
+    got = await registered(redis, _LOADS_LUA)(**_loads_call(ids, ns, ttl_s, now))
+    return {rid: parse_load(v) for rid, v in zip(ids, got)}
+
+
+def _queue(pipe, cmds: list[tuple[str, tuple]]) -> None:
+    for name, args in cmds:
+        getattr(pipe, name)(*args)
 
 
 class _TrackerBase:

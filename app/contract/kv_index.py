@@ -18,6 +18,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import msgspec
 
+from app.contract.inflight import DEFAULT_TTL_S as LOAD_TTL_S
+from app.contract.inflight import LOAD_LUA, load_keys, parse_load, registered
 from app.contract.keys import Keys
 from app.core.kv_keys import KVEvent
 
@@ -131,64 +133,90 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
     pipe.execute()
 
 
-# One round trip, a few bytes back: per replica (state key, blocks key) in KEYS, the cutoff
-# time then the request's block ids in ARGV; returns per replica the number of leading
-# blocks it holds, or -1 when its subscriber has not been heard since the cutoff.
-_MATCH_LUA = """
+# S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
+# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, then the
+# request's block ids (8 bytes each) joined in one string. Returns per replica its load (a
+# string, ``LOAD_LUA``), the number of leading blocks it holds (-1 when its subscriber has
+# not been heard since the cutoff) and the requests the gateways sent it (``count_routed``).
+_ROUTE_LUA = LOAD_LUA + """
 local out = {}
-local cutoff = tonumber(ARGV[1])
-for i = 1, #KEYS / 2 do
-  local seen = redis.call('HGET', KEYS[2 * i - 1], 'seen')
-  if not seen or tonumber(seen) < cutoff then
-    out[i] = -1
-  else
-    local c = 0
-    for j = 2, #ARGV do
-      if redis.call('SISMEMBER', KEYS[2 * i], ARGV[j]) == 1 then c = c + 1 else break end
+local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local chain = ARGV[4]
+local blocks = #chain / 8
+for i = 1, #KEYS / 5 do
+  local b = 5 * (i - 1)
+  out[3 * i - 2] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
+  local state = redis.call('HMGET', KEYS[b + 4], 'seen', 'routed')
+  local seen = tonumber(state[1])
+  local c = -1
+  if seen and seen >= cutoff then
+    c = 0
+    for j = 1, blocks do
+      if redis.call('SISMEMBER', KEYS[b + 5], string.sub(chain, 8 * j - 7, 8 * j)) == 1 then
+        c = c + 1
+      else
+        break
+      end
     end
-    out[i] = c
   end
+  out[3 * i - 1] = c
+  out[3 * i] = tonumber(state[2]) or 0
 end
 return out
 """
-_scripts: dict[int, tuple[Any, Any]] = {}
 
 
-def _script(redis):
-    got = _scripts.get(id(redis))
-    if got is None or got[0] is not redis:
-        got = _scripts[id(redis)] = (redis, redis.register_script(_MATCH_LUA))
-    return got[1]
-
-
-def _match_args(keys: Keys, replica_ids, chain, stale_s: float) -> tuple[list, list]:
-    names = []
+def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int) -> dict:
+    names: list[str] = []
     for rid in replica_ids:
+        names += load_keys(keys, [rid])
         names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
-    return names, [time.time() - stale_s, *(block_id(h) for h in chain)]
+    now = time.time()
+    return {"keys": names, "args": [repr(now), load_ttl_s, repr(now - stale_s),
+                                    b"".join(block_id(h) for h in chain)]}
 
 
-def _parse_matched(replica_ids, counts, block_tokens: int) -> dict | None:
-    matched = {rid: float(int(n) * block_tokens) for rid, n in zip(replica_ids, counts)
-               if int(n) > 0}
-    return matched if any(int(n) >= 0 for n in counts) else None
+def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None, dict]:
+    loads, matched, routed, fresh = {}, {}, {}, False
+    for i, rid in enumerate(replica_ids):
+        loads[rid] = parse_load(got[3 * i])
+        n = int(got[3 * i + 1])
+        fresh = fresh or n >= 0
+        if n > 0:
+            matched[rid] = float(n * block_tokens)
+        routed[rid] = float(int(got[3 * i + 2]))
+    return loads, (matched if fresh else None), routed
+
+
+def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
+                      chain: Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
+                      load_ttl_s: int = LOAD_TTL_S) -> tuple[dict, dict | None, dict]:
+    """What ``kv_choice`` weighs, in one round trip: (loads as
+    ``app.contract.inflight.read_loads`` gives them, matched leading prompt tokens per
+    replica for the request's block-hash ``chain`` or None when no replica's index is
+    fresh (the caller falls back to rendezvous), requests the gateways sent each replica
+    while its index entry lived)."""
+    got = registered(redis, _ROUTE_LUA)(**_route_call(keys, replica_ids, chain, stale_s,
+                                                       load_ttl_s))
+    return _parse_route(replica_ids, got, block_tokens)
+
+
+async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[object],
+                                  chain: Sequence[bytes], block_tokens: int, *,
+                                  stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S
+                                  ) -> tuple[dict, dict | None, dict]:
+    """``read_route_inputs`` on an asyncio Redis client (the gateway's)."""
+    got = await registered(redis, _ROUTE_LUA)(**_route_call(keys, replica_ids, chain,
+                                                             stale_s, load_ttl_s))
+    return _parse_route(replica_ids, got, block_tokens)
 
 
 def read_matched(redis, keys: Keys, replica_ids: Sequence[object], chain: Sequence[bytes],
                  block_tokens: int, *, stale_s: float = STALE_S) -> dict | None:
     """Matched leading prompt tokens per replica for a request's block-hash ``chain``;
-    None when no replica's index is fresh (the caller falls back to rendezvous)."""
-    names, args = _match_args(keys, replica_ids, chain, stale_s)
-    return _parse_matched(replica_ids, _script(redis)(keys=names, args=args), block_tokens)
-
-
-async def read_matched_async(redis, keys: Keys, replica_ids: Sequence[object],
-                             chain: Sequence[bytes], block_tokens: int, *,
-                             stale_s: float = STALE_S) -> dict | None:
-    """``read_matched`` on an asyncio Redis client (the gateway's)."""
-    names, args = _match_args(keys, replica_ids, chain, stale_s)
-    counts = await _script(redis)(keys=names, args=args)
-    return _parse_matched(replica_ids, counts, block_tokens)
+    None when no replica's index is fresh."""
+    return read_route_inputs(redis, keys, replica_ids, chain, block_tokens,
+                             stale_s=stale_s)[1]
 
 
 async def count_routed(redis, keys: Keys, tallies: Mapping[object, Sequence[int]]) -> None:
@@ -203,18 +231,6 @@ async def count_routed(redis, keys: Keys, tallies: Mapping[object, Sequence[int]
         pipe.hincrby(state, "routed_prompt", int(prompt))
         pipe.expire(state, TTL_S)
     await pipe.execute()
-
-
-async def read_routed_async(redis, keys: Keys,
-                            replica_ids: Sequence[object]) -> dict[object, float]:
-    """Requests the gateways sent to each replica while its index entry lived (the tally
-    ``count_routed`` adds, flushed about once a second per process): the balance
-    ``kv_choice`` bounds. One pipeline round trip."""
-    pipe = redis.pipeline(transaction=False)
-    for rid in replica_ids:
-        pipe.hget(keys.replica_kv_state(rid), "routed")
-    replies = await pipe.execute()
-    return {rid: float(int(v or 0)) for rid, v in zip(replica_ids, replies)}
 
 
 def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:

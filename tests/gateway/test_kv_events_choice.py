@@ -52,6 +52,35 @@ def test_prompt_ids_are_the_engines(tokens):
                                                     tokenize=False), add_special_tokens=False)
         assert tokens.prompt_ids(body) == engine
     assert tokens.hits > 0
+    # plain conversations take the direct render and encode (checked against transformers
+    # when the tokenizer loaded); a body with tools or tool calls takes apply_chat_template
+    assert tokens.render is not None
+    tools = [{"type": "function", "function": {"name": "route", "description": "Route it.",
+                                               "parameters": {"type": "object"}}}]
+    called = MSGS + [{"role": "assistant", "content": "",
+                      "tool_calls": [{"id": "c1", "type": "function",
+                                      "function": {"name": "route", "arguments": "{}"}}]}]
+    for body in ({"messages": MSGS, "tools": tools}, {"messages": called}):
+        text = tok.apply_chat_template([dict(m) for m in body["messages"]],
+                                       add_generation_prompt=True, tokenize=False,
+                                       **({"tools": tools} if "tools" in body else {}))
+        assert tokens.prompt_ids(body) == tok.encode(text, add_special_tokens=False)
+
+
+def test_a_template_that_renders_differently_directly_is_not_rendered_directly(tokens):
+    from app.gateway import kv_route
+
+    class Odd:                       # the real tokenizer, but its own render adds a line
+        def __init__(self, tok):
+            self.tok = tok
+
+        def __getattr__(self, name):
+            return getattr(self.tok, name)
+
+        def apply_chat_template(self, *a, **kw):
+            return self.tok.apply_chat_template(*a, **kw) + "\n"
+    assert kv_route._direct_render(Odd(tokens.tok)) is None
+    assert kv_route._direct_render(tokens.tok) is not None
 
 
 # -- vLLM's structs as vllm/distributed/kv_events.py declares them today (each event a map

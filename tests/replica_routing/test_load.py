@@ -101,3 +101,43 @@ def test_cache_salt_is_stable_per_tenant_and_secret():
     assert cache_salt(3, "s1") != cache_salt(3, "s2")
     assert cache_salt_for({"cache_salt": False}, 3, "s1") is None
     assert cache_salt_for({"cache_salt": True}, 3, "s1") == cache_salt(3, "s1")
+
+
+def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_client):
+    """S03 kv_events reads loads, matched blocks and the routed tally in one script call;
+    its loads are read_loads' (crashed gateways and queues included)."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    ns = app.config["REDIS_NAMESPACE"] + ":load-kv"
+    keys = Keys(ns)
+    g1 = InflightTracker(redis_client, ns, gateway_id="gw-a")
+    g1.acquire(1)
+    g1.acquire(2)
+    g1.acquire(2)
+    redis_client.hset(keys.replica_inflight(3), "gw-dead", 4)          # never refreshed
+    redis_client.hset(keys.replica_inflight_seen(3), "gw-dead", time.time() - 100)
+    redis_client.hset(keys.replica_stats(3), "num_requests_waiting", "2.5")
+    chain = [bytes([n]) * 32 for n in range(1, 6)]
+    kv_index.apply_events(redis_client, keys, 1, [("BlockStored", chain[:3])], seq=0)
+    kv_index.apply_events(redis_client, keys, 2, [("BlockStored", chain)], seq=0)
+    redis_client.hincrby(keys.replica_kv_state(2), "routed", 7)
+    ids = [1, 2, 3]
+    loads, matched, routed = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)
+    assert loads == read_loads(redis_client, ids, ns) == {1: 1.0, 2: 2.0, 3: 2.5}
+    assert matched == {1: 48.0, 2: 80.0}                 # replica 3 has no index: stale
+    assert routed == {1: 0.0, 2: 7.0, 3: 0.0}
+    other = [bytes([9]) * 32, *chain[1:]]                # the first block held nowhere
+    assert kv_index.read_matched(redis_client, keys, ids, other, 16) == {}
+    redis_client.hset(keys.replica_kv_state(1), "seen", time.time() - 60)
+    redis_client.hset(keys.replica_kv_state(2), "seen", time.time() - 60)
+    assert kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)[1] is None
+
+    async def read():
+        client = aioredis.from_url(app.config["REDIS_URL"])
+        try:
+            return await kv_index.read_route_inputs_async(client, keys, ids, chain, 16)
+        finally:
+            await client.aclose()
+    assert asyncio.run(read())[0] == loads
+    for key in redis_client.scan_iter(f"{ns}:*"):
+        redis_client.delete(key)

@@ -83,8 +83,9 @@ async def run(ctx: RequestContext) -> str:
 async def _kv_events(ctx: RequestContext, views: list):
     """The kv_events policy: matched blocks from the engines' own events, else (tokenizer
     still loading, index stale or unreachable) today's rendezvous, said in telemetry. The
-    loads, the index and the requests sent per replica are read in three concurrent round
-    trips. Returns (choice, loads)."""
+    loads, the index and the requests sent per replica are read in one round trip (one
+    script: a round trip each cost more gateway CPU than the rest of the choice). Returns
+    (choice, loads)."""
     ids = [v.id for v in views]
     chain, prompt = None, 0
     pool = ctx.snapshot.pools.get(str(ctx.tier.get("pool_id")))
@@ -97,13 +98,11 @@ async def _kv_events(ctx: RequestContext, views: list):
             chain, prompt = kv_route.request_chain(tokens, body, adapter, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
-    routed = None
-    if chain is not None:
-        loads, matched, routed = await asyncio.gather(
-            _loads(ctx, ids), kv_route.matched_tokens(ctx.services, ids, chain),
-            kv_route.routed_counts(ctx.services, ids))
+    got = await kv_route.route_inputs(ctx.services, ids, chain) if chain is not None else None
+    if got is not None:
+        loads, matched, routed = got
     else:
-        loads, matched = await _loads(ctx, ids), None
+        loads, matched, routed = await _loads(ctx, ids), None, None
     choice, how = kv_choice(routing_key(ctx), views, matched, loads,
                             float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt,
                             routed=routed)
