@@ -317,9 +317,10 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     best score is under it and no tool has been called yet (nothing matches the request
     well, so the ranking below the top is noise), up to ``k_low`` go, those within
     ``margin_low`` of the best. ``stubs``: the next that many best scored go as stubs
-    (``stub_definition``, reason "stub"); ``full``: only that many of the scored picks
-    (not the choice, called, pinned tools or prerequisites) go in full, the rest of them as
-    stubs too."""
+    (``stub_definition``, reason "stub"); ``full``: only that many of the best scored go
+    in full, the rest of them as stubs too. The choice, pinned tools and lookups always go
+    in full; a called tool goes in the form its rank gives it (reason "called"; in full
+    when it ranks nowhere near, as after a call to a tool not sent)."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     called = called_names(messages)
@@ -353,8 +354,12 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
         if len(picked) >= k_max or (len(picked) >= k and score[i] < score[ranked[0]] - margin):
             break
         picked.append(names[i])
-    scored = [n for n in picked if n not in reasons]
-    stubbed = scored[full:] if full is not None else []
+    # Which tools go as stubs follows the ranking alone, not what was called: a tool the
+    # agent called keeps the form it was sent in, so the tool block stays byte-identical
+    # from turn to turn (a called stub in full on the next turn changed it, and with it
+    # the engine's prefix cache: bench/results/agent_tools.txt, round 4)
+    in_full = {n for n, why in reasons.items() if why in ("choice", "pinned")}
+    tail = picked[full:] if full is not None else []
     for name in picked:
         reasons.setdefault(name, "learned" if name in learned
                            else "companion" if name in boosted else "similar")
@@ -362,9 +367,12 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
         for pre in prerequisite.get(name) or ():
             if pre in names:
                 reasons.setdefault(pre, "prerequisite")
-    stubbed += [names[i] for i in ranked if names[i] not in reasons][:max(0, stubs)]
+    extra = [names[i] for i in ranked if names[i] not in picked
+             and reasons.get(names[i]) in (None, "called")][:max(0, stubs)]
+    stubbed = [n for n in tail + extra if n not in in_full]
     for name in stubbed:
-        reasons[name] = "stub"
+        if reasons.get(name) != "called":
+            reasons[name] = "stub"
     stub_set = set(stubbed)
     sent = sorted((stub_definition(t) if n in stub_set else t
                    for t, n in zip(tools, names) if n in reasons), key=tool_name)

@@ -134,14 +134,17 @@ class WorkflowMemory:
             while len(mem) > self.size:
                 mem.popitem(last=False)
 
-    def entries(self, key: tuple) -> list:
+    def entries(self, key: tuple, other_than: str | None = None) -> list:
+        """The remembered (vector, called) pairs; ``other_than``: not the conversation
+        with those user turns (its own earlier turns)."""
         with self.lock:
-            return list((self.data.get(key) or {}).values())
+            return [v for q, v in (self.data.get(key) or {}).items() if q != other_than]
 
-    def co_called(self, key: tuple) -> dict[str, dict[str, int]]:
+    def co_called(self, key: tuple, other_than: str | None = None
+                  ) -> dict[str, dict[str, int]]:
         """Tool -> {tool called in the same conversation: how many conversations}."""
         out: dict[str, dict[str, int]] = {}
-        for _, called in self.entries(key):
+        for _, called in self.entries(key, other_than):
             for a in called:
                 for b in called:
                     if a != b:
@@ -174,8 +177,11 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     scored picks only ``full`` in full (``select_tools``)."""
     from app.core.tool_select import called_names, learned_tools
     sims = similarity(tools, query, qvec, clauses)
-    learned = learned_tools(qvec, memory.entries(key), min_similarity=LEARNED_MIN_SIMILARITY)
-    co_called = memory.co_called(key)
+    # not from this conversation's own earlier turns: its calls are already sent as called,
+    # and learning from itself moved its ranking (and the tool block) from turn to turn
+    learned = learned_tools(qvec, memory.entries(key, other_than=query),
+                            min_similarity=LEARNED_MIN_SIMILARITY)
+    co_called = memory.co_called(key, other_than=query)
     memory.learn(key, query, qvec, called_names(messages))
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,

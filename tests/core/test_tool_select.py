@@ -154,13 +154,18 @@ def test_stubs_are_the_next_best_scored_in_canonical_order_with_names_and_types_
 
 def test_with_full_only_the_best_scored_picks_go_in_full_and_the_rest_as_stubs():
     from app.core.tool_select import stub_definition
-    sel = select_tools(TOOLS, CALLED, "auto", k=3, pinned=["alpha"], full=1, stubs=1,
+    sel = select_tools(TOOLS, [], "auto", k=3, pinned=["alpha"], full=1, stubs=1,
                        similarity=[0.5, 0.1, 0.9, 0.3, 0.8])
-    # gamma (called) and alpha (pinned) in full whatever their score; the three best
-    # scored are mid, gamma, zeta: mid in full, zeta a stub; then one stub more, beta
-    assert sel.reasons == {"gamma": "called", "alpha": "pinned", "mid": "similar",
+    # the three best scored are mid, gamma, zeta: mid in full, gamma and zeta as stubs,
+    # then one stub more, beta; alpha (pinned) in full whatever its score
+    assert sel.reasons == {"alpha": "pinned", "mid": "similar", "gamma": "stub",
                            "zeta": "stub", "beta": "stub"}
-    assert sel.stubbed == ["zeta", "beta"]
+    assert sel.stubbed == ["gamma", "zeta", "beta"]
     by_name = {t["function"]["name"]: t for t in sel.sent}
     assert by_name["zeta"] == stub_definition(TOOLS[0]) and by_name["mid"] == TOOLS[2]
-    assert by_name["gamma"] == TOOLS[4] and by_name["alpha"] == TOOLS[1]
+    assert by_name["alpha"] == TOOLS[1]
+    # once gamma is called it keeps the form it was sent in: the tool block is the same
+    again = select_tools(TOOLS, CALLED, "auto", k=3, pinned=["alpha"], full=1, stubs=1,
+                         similarity=[0.5, 0.1, 0.9, 0.3, 0.8])
+    assert again.sent == sel.sent and again.reasons["gamma"] == "called"
+    assert again.stubbed == sel.stubbed

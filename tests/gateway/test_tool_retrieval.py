@@ -190,3 +190,18 @@ def test_with_tool_retrieval_full_the_other_best_scored_go_as_stubs(
     assert full == ["get_weather"] and len(info["stubbed"]) >= 3   # 2 of the k, 1 more
     assert len(body["tools"]) == 1 + len(info["stubbed"])
     assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+
+
+def test_a_conversation_does_not_learn_from_its_own_earlier_turns():
+    import numpy as np
+
+    from app.gateway.tool_retrieval import WorkflowMemory
+    memory, key = WorkflowMemory(), ("t", "w")
+    memory.learn(key, "book a flight", np.array([1.0, 0.0]), ["search_flights"])
+    memory.learn(key, "fly to Rome", np.array([0.8, 0.6]), ["search_flights", "book_flight"])
+    assert len(memory.entries(key)) == 2
+    assert [c for _, c in memory.entries(key, other_than="fly to Rome")] == \
+        [("search_flights",)]
+    assert memory.co_called(key, other_than="fly to Rome") == {}
+    assert memory.co_called(key) == {"search_flights": {"book_flight": 1},
+                                     "book_flight": {"search_flights": 1}}
