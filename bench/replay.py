@@ -34,9 +34,11 @@ savings per stage, TTFT. Relative quality = the variant's pass rate / the pass r
 rows the frontier served. Variants (each with its own tenants, so caches, routers and
 engine prefix caches (salted per tenant) start cold): full; no_cache (cache_enabled off);
 no_routing (clients name tier-3: no cascade); no_minify (minify_enabled off); no_prefix
-(replica_choice round_robin instead of prefix/session-aware rendezvous); and
+(replica_choice round_robin instead of prefix/session-aware rendezvous);
 full_frontier_until_router (the full system with policy frontier_until_router on: no auto
-request reaches a cheaper tier before a router version is promoted).
+request reaches a cheaper tier before a router version is promoted); and full_adapters
+(that, with the LoRA flywheel run during the month through the product's API, tasks and
+services: bench/replay_flywheel.py says what the bench clicks and what is scaled).
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import replay_flywheel as flywheel  # noqa: E402
 import replay_traffic as traffic  # noqa: E402
 from replay_ledger import frontier_pass_rate, headline, restamp  # noqa: E402
 from replay_stack import ROUTER_SCALED, Stack  # noqa: E402
@@ -72,7 +75,21 @@ VARIANTS = {  # name -> (tenant policy, model the clients send)
     "no_prefix": ({"replica_choice": "round_robin"}, "auto"),
     # not a stage switched off: the full system with policy frontier_until_router on
     "full_frontier_until_router": ({"frontier_until_router": True}, "auto"),
+    # the full system with the LoRA flywheel run during the month (bench/replay_flywheel.py):
+    # frontier until a router is promoted, tier-1 exploration on every request served above
+    # tier 1 (policy 5%: too few labels at this scale), the regret bound off (see ADAPTERS_NOTE)
+    "full_adapters": ({"frontier_until_router": True, "explore_pct": 100.0,
+                       "router_max_regret": 1.0,
+                       "distill_min_traces": flywheel.DISTILL_MIN_TRACES}, "auto"),
 }
+ADAPTERS_NOTE = (
+    "full_adapters policy (stated, not the product defaults): frontier_until_router on; "
+    "explore_pct 100 (default 5); router_max_regret 1.0, i.e. the regret bound off: the "
+    "product's 0.008 at 95% needs >= ~460 clean held-out tier-1 labels in a scope (Clopper-"
+    "Pearson), which a month at this scale never has; a version is still promoted only when "
+    "its held-out quality reaches ROUTER_QUALITY_TARGET (99% of the frontier's), and the "
+    "validators judge every answer below")
+HEADLINED = ("full", "full_adapters")
 WARMUP_H, CHECKPOINT_H = 48, 12
 
 
@@ -186,6 +203,8 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
     all_units = units(month)
     sent: list[dict] = []
     trained: list[dict] = []
+    wheel = flywheel.Flywheel(stack, {n: tid for n, (tid, _) in tenants.items()}, log) \
+        if name == "full_adapters" else None
     warm = True
     t0 = time.perf_counter()
     end_h = traffic.MONTH_DAYS * 24
@@ -198,6 +217,9 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
         if window:
             asyncio.run(run_window(stack, keys, model, window, conc, sent))
         stack.drain()
+        if wheel is not None:
+            wheel.step(start_h + checkpoint_h)
+            stack.drain()
         if not warm:
             trained += [t for t in stack.train_due_routers() if t.get("trained")]
         if start_h % (10 * checkpoint_h) == 0:
@@ -206,7 +228,8 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
     wall = time.perf_counter() - t0
     rows = stack.wait_ledger(ids, len(sent), sum(1 for s in sent if s.get("feedback") == 202))
     return {"name": name, "tenant_ids": ids, "sent": sent, "wall_s": wall, "trained": trained,
-            "ledger_rows": rows}
+            "ledger_rows": rows, "flywheel": wheel.report() if wheel is not None else None,
+            "paused_s": wheel.paused_s if wheel is not None else 0.0}
 
 
 def verdict(h: dict, res: dict, frontier: dict) -> list[str]:
@@ -217,15 +240,23 @@ def verdict(h: dict, res: dict, frontier: dict) -> list[str]:
            f"{'met' if h['cut'] >= 0.6 and q >= 0.99 else 'NOT met'} "
            f"({h['cut']:.1%} at {q:.2%})"]
     pools = {k: v for k, v in h["pass_by_tier"].items() if k in ("tier-1", "tier-2")}
-    if pools and q < 0.99:
+    if res["name"] == "full_adapters":
+        if h["cut"] < 0.6:
+            out.append("    why: the cut comes from the workflows whose adapter passed its gates and "
+                       "whose router then sent traffic to tier 1, and only for the part of the "
+                       "month after that (traces -> training -> shadow -> approval -> exploration "
+                       "labels -> router); per workflow in the flywheel table below")
+    elif pools and q < 0.99:
         out.append("    why: the stand-in on tiers 1-2 (SmolLM2-135M, base) passed "
                    + ", ".join(f"{k} {v[0]:.0%} of {v[1]}" for k, v in pools.items())
                    + " of the validated answers it served; every request sent below the "
                      "frontier costs quality at that rate")
     promoted = sum(1 for t in res["trained"] if t.get("status") == "active")
     if not promoted:
+        where = "the frontier (frontier_until_router)" if VARIANTS[res["name"]][0].get(
+            "frontier_until_router") else "tier 2 by default (S01_DEFAULT_TIER2)"
         out.append(f"    routers: {len(res['trained'])} versions trained, none promoted, so after "
-                   "the warm-up auto traffic went to tier 2 by default (S01_DEFAULT_TIER2)")
+                   f"the warm-up auto traffic went to {where}")
     return out
 
 
@@ -256,10 +287,16 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
                  f"{frontier['rate']:.2%} of {frontier['n']}")
     for r in results:
         h = r["headline"]
-        if r["name"] != "full":
+        if r["name"] not in HEADLINED:
             continue
-        lines += ["", f"Headline (full system), from the ledger ({h['rows']} request rows for "
-                      f"{len(r['sent'])} requests sent; replay {r['wall_s']:.0f} s wall):"]
+        what = "full system" if r["name"] == "full" else \
+            "full system with the LoRA flywheel run in the month"
+        paused = f", of which {r['paused_s']:.0f} s the month clock was paused for training" \
+            if r.get("paused_s") else ""
+        lines += ["", f"Headline ({what}: {r['name']}), from the ledger ({h['rows']} request rows "
+                      f"for {len(r['sent'])} requests sent; replay {r['wall_s']:.0f} s wall{paused}):"]
+        if r["name"] == "full_adapters":
+            lines.append("  " + ADAPTERS_NOTE)
         lines.append(f"  cost vs all-frontier       {fmt_usd(h['cost'])} vs "
                      f"{fmt_usd(h['baseline'])}  ({h['cut']:+.1%} cut)")
         lines.append(f"  off-path exploration       {fmt_usd(h['shadow_cost'])} over "
@@ -290,6 +327,8 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
                      f"{sum(1 for t in r['trained'] if t.get('status') == 'active')} of "
                      f"{len(r['trained'])} versions trained")
         lines += verdict(h, r, frontier)
+        if r.get("flywheel"):
+            lines += [""] + r["flywheel"]
     lines += ["", "Ablation: the same month, each stage off (own tenants, cold start), from the ledger:",
               f"  {'variant':<11} {'rows':>5} {'cost':>12} {'cut':>7} {'rel.q':>7} "
               f"{'cache':>6} {'T1':>6} {'T2':>6} {'T3':>6} {'$/1k':>10} {'p50 ms':>7} "
@@ -324,6 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-model", default="smollm2",
                     help="what the tier 1-2 engines serve (the test: a tiny random Llama)")
     ap.add_argument("--out", default="", help="also write the report here after each variant")
+    ap.add_argument("--distill-min-traces", type=int, default=flywheel.DISTILL_MIN_TRACES,
+                    help="full_adapters: the tenants' distill_min_traces (scaled)")
+    ap.add_argument("--train-budget-s", type=float, default=flywheel.TRAIN_BUDGET_S,
+                    help="full_adapters: seconds of training (clock paused) before no more is asked")
+    ap.add_argument("--shadow-min", type=int, default=flywheel.SHADOW_MIN_REQUESTS,
+                    help="full_adapters: shadowed answers before the shadow gate (scaled)")
     args = ap.parse_args(argv)
     import signal
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # stop the stack on a kill
@@ -337,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(args, *, keep_stack: bool = False) -> dict:
+    flywheel.DISTILL_MIN_TRACES = getattr(args, "distill_min_traces", flywheel.DISTILL_MIN_TRACES)
+    flywheel.SHADOW_MIN_REQUESTS = getattr(args, "shadow_min", flywheel.SHADOW_MIN_REQUESTS)
+    flywheel.TRAIN_BUDGET_S = getattr(args, "train_budget_s", flywheel.TRAIN_BUDGET_S)
+    VARIANTS["full_adapters"][0]["distill_min_traces"] = flywheel.DISTILL_MIN_TRACES
     month = traffic.generate(args.n, args.seed)
     for r in month.requests:     # the previous turn's text: the frontier's context key
         r.setdefault("prev_user", "")

@@ -83,6 +83,8 @@ class Stack:
                    SLUICE_QDRANT_PATH=str(self.tmp / "qdrant"), SLUICE_INSTANCE_DIR=str(self.tmp),
                    SLUICE_GATEWAY_LEDGER_SPOOL_DIR=str(self.tmp / "spool"),
                    SLUICE_GATEWAY_SNAPSHOT_POLL_S="0.2", SLUICE_PROVIDER_KEY_FRONTIER=FRONTIER_KEY,
+                   SLUICE_ADAPTERS_DIR=str(self.tmp / "adapters"),
+                   SLUICE_ADAPTERS_TRAIN_QUEUE="default",
                    HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                    PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT))
         return env
@@ -104,7 +106,8 @@ class Stack:
         self.app = create_app({"SQLALCHEMY_DATABASE_URI": self.db_url, "REDIS_URL": REDIS_URL,
                                "REDIS_NAMESPACE": self.ns, "SECRET_KEY": "replay-bench-secret-key-1",
                                "QDRANT_PATH": str(self.tmp / "qdrant-cp"),
-                               "SERVER_NAME": "localhost", **ROUTER_SCALED}, env="test")
+                               "SERVER_NAME": "localhost", "ADAPTERS_DIR": str(self.tmp / "adapters"),
+                               "ADAPTERS_TRAIN_QUEUE": "default", **ROUTER_SCALED}, env="test")
         self.ctx = self.app.app_context()
         self.ctx.push()
         db.create_all()
@@ -115,10 +118,12 @@ class Stack:
         fr = self._spawn("frontier", [py, str(ROOT / "bench" / "replay_gold.py"),
                                       str(gold_file), str(port_file)])
         ports = [_free_port() for _ in range(self.t1 + self.t2)]
+        # runtime LoRA on (the adapters' hot-load); idle unless an adapter is loaded
+        lora_env = {**self._env(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
         engines = [self._spawn(f"engine-{i}", [py, "-m", "app.engine", "--model", self.engine_model,
                                                 "--served-model-name", SERVED, "--port", str(p),
-                                                "--threads", str(self.threads),
-                                                "--enable-prompt-tokens-details"])
+                                                "--threads", str(self.threads), "--max-loras", "8",
+                                                "--enable-prompt-tokens-details"], env=lora_env)
                    for i, p in enumerate(ports)]
         self.engine_urls = [f"http://127.0.0.1:{p}" for p in ports]
         celery = str(Path(py).with_name("celery"))
@@ -214,7 +219,23 @@ class Stack:
         db.session.add(Policy(tenant_id=None, values={}))
         db.session.add(User(email="finops@replay.example", role="admin",
                             password_hash=hash_password("Replay-pass-123")))
+        # the flywheel's people (bench/replay_flywheel.py): an ML engineer who asks for
+        # trainings and an approver who is not the requester (four eyes)
+        people = {"ml": User(email="ml@replay.example", role="ops",
+                             password_hash=hash_password("Replay-pass-123")),
+                  "approver": User(email="approver@replay.example", role="approver",
+                                   password_hash=hash_password("Replay-pass-123"))}
+        db.session.add_all(people.values())
         db.session.commit()
+        from app.auth.service import create_admin_token
+        self.tokens = {who: create_admin_token(u, "replay")[1] for who, u in people.items()}
+
+    def api(self, method: str, path: str, who: str, body: dict | None = None):
+        """The control plane's admin API (this process's Flask app, through its test
+        client: the same views, auth and services), as ``who`` ("ml" or "approver")."""
+        client = self.app.test_client()
+        return client.open(path, method=method, json=body if body is not None else None,
+                           headers={"Authorization": f"Bearer {self.tokens[who]}"})
 
     def make_tenant(self, name: str, department: str, policy: dict) -> tuple[int, str]:
         from app.extensions import db
