@@ -36,6 +36,8 @@ from collections import Counter
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Hashable, Iterable, Mapping
 
+from redis.exceptions import NoScriptError
+
 from app.contract.keys import Keys
 
 DEFAULT_TTL_S = 30
@@ -91,17 +93,29 @@ for i = 1, #KEYS / 3 do
 end
 return out
 """
-_scripts: dict[tuple[int, str], tuple[Any, Any]] = {}
+class Lua:
+    """A Lua script run by its sha1 (EVALSHA: the text is not resent per call), loaded
+    again when Redis lost it (a restart, SCRIPT FLUSH). Holds no client, so one module-level
+    instance serves every client, sync or asyncio."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def __call__(self, redis, keys: list, args: list):
+        try:
+            return redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return redis.eval(self.text, len(keys), *keys, *args)
+
+    async def acall(self, redis, keys: list, args: list):
+        try:
+            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return await redis.eval(self.text, len(keys), *keys, *args)
 
 
-def registered(redis, text: str):
-    """``redis.register_script(text)``, once per client (sync or asyncio); the Script
-    reloads itself when Redis lost it (a restart)."""
-    key = (id(redis), text)
-    got = _scripts.get(key)
-    if got is None or got[0] is not redis:
-        got = _scripts[key] = (redis, redis.register_script(text))
-    return got[1]
+_LOADS = Lua(_LOADS_LUA)
 
 
 def load_keys(k: Keys, replica_ids: Iterable[Hashable]) -> list[str]:
@@ -116,9 +130,8 @@ def parse_load(raw: Any) -> float:
     return float(raw.decode() if isinstance(raw, bytes) else raw)
 
 
-def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> dict:
-    return {"keys": load_keys(_keys(ns), ids),
-            "args": [repr(time.time() if now is None else now), ttl_s]}
+def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> tuple[list, list]:
+    return load_keys(_keys(ns), ids), [repr(time.time() if now is None else now), ttl_s]
 
 
 def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
@@ -127,7 +140,7 @@ def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
     ids = list(replica_ids)
     if not ids:
         return {}
-    got = registered(redis, _LOADS_LUA)(**_loads_call(ids, ns, ttl_s, now))
+    got = _LOADS(redis, *_loads_call(ids, ns, ttl_s, now))
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 
@@ -138,7 +151,7 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     ids = list(replica_ids)
     if not ids:
         return {}
-    got = await registered(redis, _LOADS_LUA)(**_loads_call(ids, ns, ttl_s, now))
+    got = await _LOADS.acall(redis, *_loads_call(ids, ns, ttl_s, now))
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgspec
 
 from app.contract.inflight import DEFAULT_TTL_S as LOAD_TTL_S
-from app.contract.inflight import LOAD_LUA, load_keys, parse_load, registered
+from app.contract.inflight import LOAD_LUA, Lua, load_keys, parse_load
 from app.contract.keys import Keys
 from app.core.kv_keys import KVEvent
 
@@ -166,14 +166,18 @@ return out
 """
 
 
-def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int) -> dict:
+_ROUTE = Lua(_ROUTE_LUA)
+
+
+def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int
+                ) -> tuple[list, list]:
     names: list[str] = []
     for rid in replica_ids:
         names += load_keys(keys, [rid])
         names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
     now = time.time()
-    return {"keys": names, "args": [repr(now), load_ttl_s, repr(now - stale_s),
-                                    b"".join(block_id(h) for h in chain)]}
+    return names, [repr(now), load_ttl_s, repr(now - stale_s),
+                   b"".join(block_id(h) for h in chain)]
 
 
 def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None, dict]:
@@ -196,8 +200,7 @@ def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
     replica for the request's block-hash ``chain`` or None when no replica's index is
     fresh (the caller falls back to rendezvous), requests the gateways sent each replica
     while its index entry lived)."""
-    got = registered(redis, _ROUTE_LUA)(**_route_call(keys, replica_ids, chain, stale_s,
-                                                       load_ttl_s))
+    got = _ROUTE(redis, *_route_call(keys, replica_ids, chain, stale_s, load_ttl_s))
     return _parse_route(replica_ids, got, block_tokens)
 
 
@@ -206,8 +209,8 @@ async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[objec
                                   stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S
                                   ) -> tuple[dict, dict | None, dict]:
     """``read_route_inputs`` on an asyncio Redis client (the gateway's)."""
-    got = await registered(redis, _ROUTE_LUA)(**_route_call(keys, replica_ids, chain,
-                                                             stale_s, load_ttl_s))
+    got = await _ROUTE.acall(redis, *_route_call(keys, replica_ids, chain, stale_s,
+                                                 load_ttl_s))
     return _parse_route(replica_ids, got, block_tokens)
 
 

@@ -139,5 +139,8 @@ def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_cl
         finally:
             await client.aclose()
     assert asyncio.run(read())[0] == loads
+    redis_client.script_flush()          # Redis lost its scripts (a restart): loaded again
+    assert read_loads(redis_client, ids, ns) == loads
+    assert asyncio.run(read())[0] == loads
     for key in redis_client.scan_iter(f"{ns}:*"):
         redis_client.delete(key)
