@@ -60,8 +60,10 @@ class Stack:
     scratch database and namespace unless ``keep``)."""
 
     def __init__(self, gold: list[dict], t1_replicas: int = 2, t2_replicas: int = 1,
-                 engine_threads: int = 1, engine_model: str = "smollm2"):
+                 engine_threads: int = 1, engine_model: str = "smollm2",
+                 gateway_overrides: dict | None = None):
         self.gold = gold
+        self.gateway_overrides = gateway_overrides or {}
         self.engine_model = engine_model
         self.t1, self.t2, self.threads = t1_replicas, t2_replicas, engine_threads
         self.tmp = Path(tempfile.mkdtemp(prefix="sluice-replay-"))
@@ -144,9 +146,12 @@ class Stack:
         publish()   # the gateway answers /healthz once it has a snapshot
         gw_port = _free_port()
         gunicorn = str(Path(py).with_name("gunicorn"))
+        app_spec = "app.gateway.asgi:create_gateway()" if not self.gateway_overrides else \
+            f"replay_gateway:create({json.dumps(json.dumps(self.gateway_overrides))})"
         gw = self._spawn("gateway", [gunicorn, "-k", "uvicorn.workers.UvicornWorker", "-w", "1",
                                      "-b", f"127.0.0.1:{gw_port}", "--log-level", "warning",
-                                     "--timeout", "300", "app.gateway.asgi:create_gateway()"])
+                                     "--pythonpath", str(ROOT / "bench"),
+                                     "--timeout", "300", app_spec])
         self.gateway_url = f"http://127.0.0.1:{gw_port}"
         wait_http(self.gateway_url + "/healthz", 180, gw, self.tmp / "gateway.log")
         self.publish()
@@ -269,6 +274,27 @@ class Stack:
                 return version
             time.sleep(0.1)
         raise RuntimeError("the gateway did not load the snapshot")
+
+    def engines_idle(self, urls: list[str], timeout: float = 900) -> float:
+        """Wait until ``urls``' engines have nothing running or waiting (two polls in a
+        row); returns the seconds waited."""
+        t0 = time.monotonic()
+        quiet = 0
+        while time.monotonic() - t0 < timeout:
+            busy = 0.0
+            for url in urls:
+                try:
+                    text = httpx.get(url + "/metrics", timeout=5).text
+                except httpx.HTTPError:
+                    continue
+                for line in text.splitlines():
+                    if line.startswith(("vllm:num_requests_running", "vllm:num_requests_waiting")):
+                        busy += float(line.rsplit(" ", 1)[1])
+            quiet = quiet + 1 if busy == 0 else 0
+            if quiet >= 2:
+                break
+            time.sleep(0.5)
+        return time.monotonic() - t0
 
     def drain(self) -> int:
         """What the worker's ledger.drain runs every 2 s, run now (the compressed clock
