@@ -24,11 +24,11 @@ def schema_present(body: dict) -> bool:
     return isinstance(rf, dict) and rf.get("type") == "json_schema"
 
 
-def tokenizer_name(ctx: RequestContext) -> str:
-    """Token counter for the tier: the reference engine runs SmolLM2, external tiers
-    count as cl100k, other pools by their model name."""
+def tokenizer_name(ctx: RequestContext, tier=None) -> str:
+    """Token counter for ``tier`` (the request's by default): the reference engine runs
+    SmolLM2, external tiers count as cl100k, other pools by their model name."""
     from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
-    tier = ctx.tier or {}
+    tier = (ctx.tier if tier is None else tier) or {}
     if tier.get("upstream_kind") != "pool":
         return "cl100k_base"
     pool = ctx.snapshot.pools.get(str(tier.get("pool_id"))) or {}

@@ -3,8 +3,9 @@ and the machinery they share with cache verification (``app.gateway.cache_verify
 
 After the client has its answer (``Gateway.book``), a request that a higher tier than
 tier 1 answered successfully may be sent again to a tier-1 replica, off the path: the
-client's own body, not streamed, no S00 cache, the tenant's engine cache salt. Tier 1's
-answer is compared with the answer the client got (``verdict``: JSON per field, text
+body the routed path would send tier 1 (``routed_for``: S02's minified schema, the compact
+grammar on a pool), not streamed, no S00 cache, the tenant's engine cache salt. Tier 1's
+answer, its keys expanded as S05 would, is compared with the answer the client got (``verdict``: JSON per field, text
 normalized, as ``app.core.concordance``) and booked as a ledger event of its own, kind
 ``shadow``, priced at tier 1. Two modes, each with its own sampling, cap and metric:
 
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+import anyio
 import orjson
 
 from app.contract.events import LedgerEvent
@@ -177,20 +179,61 @@ def probe_on(ctx: RequestContext, mode: str, tier: Mapping[str, Any]) -> Probe:
 
 # --- the run ------------------------------------------------------------------------
 
-def probe_body(ctx: RequestContext, model: str, pool: bool = True) -> dict[str, Any]:
-    """The client's request for an off-path run: same messages and limits, not streamed;
-    on a pool, with the tenant's engine cache salt."""
-    body = {k: v for k, v in ctx.body.items() if k not in _NOT_FORWARDED}
+def routed_for(ctx: RequestContext, tier: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """(body, S02's MinifyState or None): what the routed path would send ``tier``. S02's
+    work on the client's body (the tools retrieval chose, the minified schema and the
+    instructions naming its aliases, on a pool the compact grammar where the policy wants
+    it) done for ``tier``: reused when ``tier`` counts tokens as the served tier and is a
+    pool as it is, else minified again with ``tier``'s tokenizer (aliases are one token
+    in the tokenizer of the model that writes them). The client's body when S02 left it
+    as is. CPU work when it minifies again: call it in a worker thread. A probe that sent
+    the client's own body would judge tier 1 on a longer answer than routing asks of it
+    (full keys: an answer that fits ``max_tokens`` minified may not fit unminified)."""
+    source = ctx.upstream_body if ctx.upstream_body is not None else ctx.body
+    st = ctx.minify
+    if st is None:
+        return source, None
+    from app.gateway.request_facts import tokenizer_name
+    from app.gateway.stages.s02_minify import minify_body
+    pool = tier.get("upstream_kind") == "pool"
+    name = tokenizer_name(ctx, tier)
+    if name == st.tokenizer and pool == ((ctx.tier or {}).get("upstream_kind") == "pool"):
+        return source, st
+    got = minify_body(ctx, name, pool)
+    return got if got is not None else (source, None)
+
+
+def expand_answer(data: dict[str, Any], st: Any) -> None:
+    """A probe's completion with S02's aliases mapped back to the client's keys, in place
+    (what S05 does to a routed answer), so verdicts compare like with like."""
+    if st is None:
+        return
+    from app.core.minify import expand_text, expand_tool_arguments
+    for ch in data.get("choices") or []:
+        msg = ch.get("message") or {}
+        content = msg.get("content")
+        if st.keymap is not None and isinstance(content, str) and content:
+            msg["content"] = expand_text(content, st.keymap)[0]
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") or {}
+            km = st.tool_maps.get(fn.get("name"))
+            if km is not None and isinstance(fn.get("arguments"), str):
+                fn["arguments"] = expand_tool_arguments(fn["arguments"], km)
+
+
+def probe_body(ctx: RequestContext, model: str, pool: bool = True,
+               source: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The request for an off-path run: ``source`` (``routed_for``'s body; the client's
+    by default) with the same messages and limits, not streamed; on a pool, with the
+    tenant's engine cache salt."""
+    body = {k: v for k, v in (ctx.body if source is None else source).items()
+            if k not in _NOT_FORWARDED}
     body["model"] = model
     body["stream"] = False
     salt = replicas.salt(ctx) if pool else None
     if salt:
         body["cache_salt"] = salt
     return body
-
-
-def shadow_body(ctx: RequestContext, shadow: ShadowEntry) -> dict[str, Any]:
-    return probe_body(ctx, shadow.name)
 
 
 def _replica(ctx: RequestContext, probe: Probe) -> Mapping[str, Any] | None:
@@ -258,7 +301,7 @@ def count(ctx: RequestContext, probe: Probe, outcome: str) -> None:
 async def generate(ctx: RequestContext, probe: Probe
                    ) -> tuple[Mapping[str, Any], str, dict, float] | None:
     """The off-path call itself, after the client's answer went out: (replica, model asked,
-    the completion, latency ms); None when no replica may answer (counted). Raises on an
+    the completion with its keys expanded as S05 would, latency ms); None when no replica may answer (counted). Raises on an
     upstream failure."""
     await asyncio.sleep(0)  # the client's answer goes out first
     replica = _replica(ctx, probe)
@@ -267,18 +310,23 @@ async def generate(ctx: RequestContext, probe: Probe
         return None
     holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
     model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
+    source, st = (await anyio.to_thread.run_sync(routed_for, ctx, probe.tier)
+                  if ctx.minify is not None else (ctx.upstream_body, None))
     started = time.perf_counter()
     resp = await ctx.services.upstream.open(
         chat_url(replica["url"]),
         upstream_request_headers(ctx.client_headers, f"{ctx.request_id}{probe.suffix}",
                                  ctx.services.upstream.api_key(probe.tier)),
-        probe_body(ctx, model, probe.tier.get("upstream_kind") != "external"),
+        probe_body(ctx, model, probe.tier.get("upstream_kind") != "external", source),
         float(probe.tier.get("timeout_s") or 60.0), False)
     try:
         data = orjson.loads(resp.content)
     finally:
         await resp.aclose()
-    return replica, model, data, (time.perf_counter() - started) * 1000.0
+    latency_ms = (time.perf_counter() - started) * 1000.0
+    if st is not None:
+        await anyio.to_thread.run_sync(expand_answer, data, st)
+    return replica, model, data, latency_ms
 
 
 async def run_probe(ctx: RequestContext, probe: Probe, served: str,

@@ -5,6 +5,7 @@ streaming with usage, logprobs, and directives in the last user message:
 ``[[chunk-delay:50]]`` wait ms between stream chunks; ``[[drop-after:2]]`` send two
 content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
 (seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...);
+``[[json:1]]`` (not streamed) answer JSON under the schema sent (``schema_answer``);
 ``[[call-tool:NAME]]`` in any message (not streamed) answer with a call to tool NAME, sent
 or not, as a frontier model that saw the tool earlier in the conversation might, with
 arguments ``{}`` (``[[call-tool:NAME {"city": "Oslo"}]]``: those arguments).
@@ -49,6 +50,19 @@ def answer_words(messages: list[dict], prefix: str = "Echo") -> list[str]:
     last = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
     words = _DIRECTIVE.sub("", last).split()[:12]
     return [prefix + ":"] + words if words else [prefix + "."]
+
+
+def schema_answer(body: dict) -> str | None:
+    """``[[json:1]]``: a JSON answer under the ``response_format`` schema sent (its property
+    names, in order, valued by position: numbers 1, 2..., booleans true, strings "v0"...),
+    as a model following whatever keys it was given; None without a json_schema."""
+    rf = body.get("response_format") or {}
+    props = ((rf.get("json_schema") or {}).get("schema") or {}).get("properties")
+    if rf.get("type") != "json_schema" or not isinstance(props, dict):
+        return None
+    typed = {"number": lambda i: i + 1, "integer": lambda i: i + 1, "boolean": lambda i: True}
+    return orjson.dumps({k: typed.get((v or {}).get("type"), lambda i: f"v{i}")(i)
+                         for i, (k, v) in enumerate(props.items())}).decode()
 
 
 def create_fake(name: str = "fake") -> Starlette:
@@ -115,7 +129,8 @@ def create_fake(name: str = "fake") -> Starlette:
                     "logprobs": None, "finish_reason": "tool_calls"}],
                 "usage": usage}), media_type="application/json", headers=headers)
         if not body.get("stream"):
-            content = " ".join(words)
+            content = schema_answer(body) if ctl.get("json") else None
+            content = content if content is not None else " ".join(words)
             return Response(orjson.dumps({
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
                 "system_fingerprint": "fp_fake",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import httpx
+import orjson
 import pytest
 
 from app.contract import budget as rb
@@ -206,3 +207,47 @@ def test_exploration_never_changes_the_answer_and_follows_the_policy(app, eworld
     traces = {t["request_id"]: t for t in traces_from_ledger(f"tenant:{w.tenant.id}:wf:{workflow}")}
     assert traces[ids["hard"]]["shadow"] == {"1": False}
     assert traces[ids["plain"]]["shadow"] is None
+
+
+SCHEMA = {"type": "object", "properties": {"customer_full_name": {"type": "string"},
+                                           "invoice_total_amount": {"type": "number"}},
+          "required": ["customer_full_name", "invoice_total_amount"],
+          "additionalProperties": False}
+FMT = {"type": "json_schema", "json_schema": {"name": "inv", "schema": SCHEMA}}
+
+
+def test_exploration_sends_tier_one_what_the_routed_path_would(app, eworld, novice, frontier):
+    """The probe asks tier 1 with S02's minified schema (and, on a pool, the compact grammar
+    where the policy wants it), as a routed request would reach tier 1, and expands the
+    answer's keys before judging it: a client body with full keys would ask a small model
+    for a longer answer than routing ever does."""
+    w = eworld
+    set_policy(w, {"minify_compact_json": False})
+    r = ask(w, "invoice of Ada Lovelace for 12 EUR [[json:1]]", response_format=FMT)
+    assert r.headers["x-sluice-tier"] == "tier-3"
+    assert orjson.loads(r.json()["choices"][0]["message"]["content"]) == {
+        "customer_full_name": "v0", "invoice_total_amount": 2}
+    rid = r.headers["x-sluice-request-id"]
+    rows = {x.request_id: x for x in w.drain_rows(2)}
+    explored = rows[f"{rid}-explore"]
+    assert explored.payload["agreed"] is True   # expanded: the aliased answer agrees
+    sent = httpx.get(novice.url + "/stats").json()["last_body"]
+    props = sent["response_format"]["json_schema"]["schema"]["properties"]
+    assert len(props) == 2 and "customer_full_name" not in props   # the aliases went
+    assert "structured_outputs" not in sent and sent["max_tokens"] == 40
+    frontier_sent = httpx.get(frontier.url + "/stats").json()["last_body"]
+    assert sent["messages"] == frontier_sent["messages"]   # the rewritten instructions too
+
+    # compact on: the frontier (external) still gets response_format, tier 1 (a pool) the
+    # grammar with the style hint, as S02 gives a routed pool request
+    set_policy(w, {"minify_compact_json": True})
+    r = ask(w, "invoice of Grace Hopper for 7 EUR [[json:1]]", response_format=FMT)
+    rid = r.headers["x-sluice-request-id"]
+    rows = {x.request_id: x for x in w.drain_rows(4)}
+    assert rows[f"{rid}-explore"].payload["agreed"] is False   # the fake echoes a grammar
+    sent = httpx.get(novice.url + "/stats").json()["last_body"]
+    frontier_sent = httpx.get(frontier.url + "/stats").json()["last_body"]
+    assert "response_format" in frontier_sent and "structured_outputs" not in frontier_sent
+    assert "response_format" not in sent and sent["structured_outputs"]["grammar"]
+    assert sent["messages"] != frontier_sent["messages"]   # the style hint
+    assert "customer_full_name" not in sent["structured_outputs"]["grammar"]

@@ -61,6 +61,18 @@ def _wants(ctx: RequestContext) -> bool:
 
 
 def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
+    got = minify_body(ctx, name, (ctx.tier or {}).get("upstream_kind") == "pool")
+    if got is None:
+        return None
+    ctx.upstream_body, state = got
+    return state
+
+
+def minify_body(ctx: RequestContext, name: str, pool: bool
+                ) -> tuple[dict, MinifyState] | None:
+    """(the body to send, its MinifyState) for a tier counted by tokenizer ``name``, a
+    pool or not; None when there is nothing to minify. Leaves ``ctx`` as it is (the
+    off-path probes ask it for tier 1: ``app.gateway.shadow.routed_for``)."""
     from app.core.minify import (MinifyOptions, minify_response_format, minify_tools,
                                  rewrite_messages)
     from app.contract.tokenizers import get_counter
@@ -84,25 +96,23 @@ def _minify(ctx: RequestContext, name: str) -> MinifyState | None:
     if keymap is None and not tool_maps:
         return None
     messages = body["messages"]
-    compact = schema is not None and _compact(ctx, body, schema)
-    ctx.upstream_body = body
-    return MinifyState(keymap, schema, tool_maps, counter.name, _source(ctx),
-                       options.alias_style, compact, new_rf, messages)
+    compact = schema is not None and pool and _compact(ctx.policy, body, schema)
+    return body, MinifyState(keymap, schema, tool_maps, counter.name, _source(ctx),
+                             options.alias_style, compact, new_rf, messages)
 
 
-def _compact(ctx: RequestContext, body: dict, schema: dict) -> bool:
-    """Swap ``response_format`` for a compact-separator grammar of the same schema when
-    the tier is a pool and the policy wants it; False (body untouched) otherwise."""
+def _compact(policy, body: dict, schema: dict) -> bool:
+    """Swap ``response_format`` for a compact-separator grammar of the same schema (the
+    body goes to a pool) when the policy wants it; False (body untouched) otherwise."""
     from app.core.minify_compact import compact_grammar, with_style_hint
-    if not ctx.policy["minify_compact_json"] \
-            or (ctx.tier or {}).get("upstream_kind") != "pool" or "structured_outputs" in body:
+    if not policy["minify_compact_json"] or "structured_outputs" in body:
         return False
     grammar = compact_grammar(schema)
     if grammar is None:
         return False
     body.pop("response_format", None)
     body["structured_outputs"] = {"grammar": grammar}
-    if ctx.policy["minify_style_hint"]:
+    if policy["minify_style_hint"]:
         body["messages"] = with_style_hint(body["messages"])
     return True
 
