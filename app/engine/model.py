@@ -35,11 +35,29 @@ def _gguf_dir() -> Path:
     return folder
 
 
+def _complete(target: Path) -> bool:
+    return (target / "config.json").exists() and (target / "model.safetensors").exists()
+
+
 def ensure_smollm2() -> Path:
-    """The converted SmolLM2 HF folder, converting the GGUF once if needed."""
+    """The converted SmolLM2 HF folder, converting the GGUF once if needed. Processes that
+    start together on a fresh machine (a pool's replicas, run.sh's engines) convert one at
+    a time under a file lock, and a folder another process finished is used, never
+    replaced: replacing it under a process that was loading it broke that load."""
     target = model_cache_dir() / SMOLLM2_FOLDER
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    if _complete(target):
         return target
+    import fcntl
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{SMOLLM2_FOLDER}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # released when the file closes
+        if _complete(target):
+            return target
+        _convert(target)
+    return target
+
+
+def _convert(target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     src = _gguf_dir()
     tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
@@ -48,17 +66,15 @@ def ensure_smollm2() -> Path:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     try:
         tok.save_pretrained(tmp)
         model.save_pretrained(tmp)
-        if target.exists():
+        if target.exists():   # a half folder left by a crash before this lock existed
             shutil.rmtree(target)
-        os.replace(tmp, target)  # atomic: a concurrent loader never sees half a folder
+        os.replace(tmp, target)  # atomic: a loader without the lock never sees half a folder
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def resolve_model_path(model: str) -> Path:
