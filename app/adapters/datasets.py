@@ -2,7 +2,9 @@
 ``ADAPTERS_DIR/datasets/<sha256>.jsonl`` and named by the hash of that file.
 
 One JSON object per line, ordered by ``request_id``: ``{"request_id", "split": "train" |
-"heldout", "messages", "response_format", "answer"}``. The split is fixed by the
+"heldout", "messages", "response_format", "answer"}``, in the form tier 1 is served in
+(``app.adapters.served_form``: S02's minified schema keys, with ``served_form`` saying
+which aliases) when the training request gives one. The split is fixed by the
 request id alone (``sha256(request_id)`` below ``heldout_fraction`` of the hash space is
 held out), so a trace keeps its side when a later dataset of the same workflow grows.
 Traces a validator failed are left out.
@@ -13,6 +15,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +38,12 @@ def split_of(request_id: str, heldout_fraction: float) -> str:
     return HELDOUT if bucket < heldout_fraction else TRAIN
 
 
-def _line(trace: AdapterTrace, split: str) -> bytes:
-    return json.dumps({"request_id": trace.request_id, "split": split,
-                       "messages": trace.messages, "response_format": trace.response_format,
-                       "answer": trace.answer}, sort_keys=True, ensure_ascii=False,
-                      separators=(",", ":")).encode() + b"\n"
+def _line(trace: AdapterTrace, split: str, form: Callable[[dict], dict] | None = None
+          ) -> bytes:
+    record = {"request_id": trace.request_id, "split": split, "messages": trace.messages,
+              "response_format": trace.response_format, "answer": trace.answer}
+    return json.dumps(form(record) if form is not None else record, sort_keys=True,
+                      ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 def _write_content_addressed(folder: Path, lines: list[bytes]) -> tuple[str, Path]:
@@ -72,9 +76,11 @@ def _write_content_addressed(folder: Path, lines: list[bytes]) -> tuple[str, Pat
 
 
 def freeze_dataset(tenant_id: int, workflow: str, *, min_traces: int,
-                   heldout_fraction: float = 0.2, created_by: str = "system") -> TrainingDataset:
-    """Freeze the workflow's usable traces (in the open transaction; the caller commits).
-    The same traces freeze to the same file and the same dataset row."""
+                   heldout_fraction: float = 0.2, created_by: str = "system",
+                   form: Callable[[dict], dict] | None = None) -> TrainingDataset:
+    """Freeze the workflow's usable traces (in the open transaction; the caller commits),
+    each record through ``form`` when given (``app.adapters.served_form``: the form tier 1
+    is served in). The same traces in the same form freeze to the same file and row."""
     if not 0 < heldout_fraction < 1:
         raise ValidationError("bad held-out share",
                               {"heldout_fraction": ["must be between 0 and 1"]})
@@ -95,7 +101,7 @@ def freeze_dataset(tenant_id: int, workflow: str, *, min_traces: int,
                                             f"{splits.count(TRAIN)} train and "
                                             f"{splits.count(HELDOUT)} held out"]})
     sha, path = _write_content_addressed(adapters_dir() / "datasets",
-                                         [_line(t, s) for t, s in zip(traces, splits)])
+                                         [_line(t, s, form) for t, s in zip(traces, splits)])
     existing = db.session.scalar(db.select(TrainingDataset).where(TrainingDataset.sha256 == sha))
     if existing is not None:
         return existing

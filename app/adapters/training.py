@@ -147,6 +147,7 @@ def request_training(user, tenant_id: int, workflow: str, *,
     Forbidden without adapter.train on the tenant; Conflict while the workflow has an
     adapter in flight; ValidationError below the tenant's ``distill_min_traces``. A
     refusal rolls back (releasing the tenant row locked here)."""
+    from app.adapters.served_form import served_form
     from app.policies.service import effective_policy
     from app.tenants.models import Tenant
     if not user.can("adapter.train", tenant_id):
@@ -164,9 +165,11 @@ def request_training(user, tenant_id: int, workflow: str, *,
                            f"{busy.state.replace('_', ' ')}; finish, cancel or retire it first")
         hp = validate_hyperparams(hyperparams)
         pool = tier1_pool()
-        min_traces = int(effective_policy(tenant_id)["distill_min_traces"])
-        dataset = freeze_dataset(tenant_id, workflow, min_traces=min_traces,
-                                 heldout_fraction=heldout_fraction, created_by=user.email)
+        policy = effective_policy(tenant_id)
+        dataset = freeze_dataset(tenant_id, workflow,
+                                 min_traces=int(policy["distill_min_traces"]),
+                                 heldout_fraction=heldout_fraction, created_by=user.email,
+                                 form=served_form(policy, pool))
         adapter = _new_adapter(user, tenant_id, workflow, hp, pool, dataset)
         db.session.commit()
     except ServiceError:

@@ -237,6 +237,16 @@ def test_exploration_sends_tier_one_what_the_routed_path_would(app, eworld, novi
     assert "structured_outputs" not in sent and sent["max_tokens"] == 40
     frontier_sent = httpx.get(frontier.url + "/stats").json()["last_body"]
     assert sent["messages"] == frontier_sent["messages"]   # the rewritten instructions too
+    # an adapter of this workflow is trained on that same form (app.adapters.served_form)
+    from app.adapters.served_form import pool_tokenizer, to_served
+    from app.policies.service import effective_policy
+    record = {"messages": [{"role": "user", "content": "invoice of Ada Lovelace for 12 EUR "
+                                                       "[[json:1]]"}],
+              "response_format": FMT, "answer": r.json()["choices"][0]["message"]["content"]}
+    served = to_served(record, effective_policy(w.tenant.id), pool_tokenizer(w.pool))
+    assert served["response_format"] == sent["response_format"]
+    assert served["messages"] == sent["messages"]
+    assert list(orjson.loads(served["answer"])) == list(props)
 
     # compact on: the frontier (external) still gets response_format, tier 1 (a pool) the
     # grammar with the style hint, as S02 gives a routed pool request
@@ -250,4 +260,9 @@ def test_exploration_sends_tier_one_what_the_routed_path_would(app, eworld, novi
     assert "response_format" in frontier_sent and "structured_outputs" not in frontier_sent
     assert "response_format" not in sent and sent["structured_outputs"]["grammar"]
     assert sent["messages"] != frontier_sent["messages"]   # the style hint
+    record = {"messages": [{"role": "user", "content": "invoice of Grace Hopper for 7 EUR "
+                                                       "[[json:1]]"}],
+              "response_format": FMT, "answer": r.json()["choices"][0]["message"]["content"]}
+    served = to_served(record, effective_policy(w.tenant.id), pool_tokenizer(w.pool))
+    assert served["messages"] == sent["messages"] and served["served_form"]["compact"]
     assert "customer_full_name" not in sent["structured_outputs"]["grammar"]

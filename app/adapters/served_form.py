@@ -1,0 +1,71 @@
+"""The form an adapter is served in, so it learns that form.
+
+A routed tier-1 request reaches the engine as S02 leaves it (``app.gateway.stages.
+s02_minify``): with the tenant's ``minify_enabled`` and a ``json_schema`` response format,
+the schema's keys become one-token aliases in the pool model's tokenizer, the instructions
+that name them are rewritten, and on a pool with ``minify_compact_json`` the schema goes as
+a compact grammar with one style-hint line in the system message. A trace holds the
+client's form (full keys, the frontier's answer as the client got it). An adapter trained
+on that form and then served the aliases writes its learned key where the grammar wants a
+value: the replay's invoice adapter, trained on ``supplier_legal_entity_name``, answered
+``"entity":"legal"`` under the alias ``entity`` (bench/results/replay.txt).
+
+``to_served`` turns a dataset record into the served form: the messages as S02 rewrites
+them, the minified ``response_format``, and the answer with the aliases, written compactly
+(what a model following the grammar writes). The offline evaluation then compares the
+adapter's answer with that reference, alias for alias, within the same token budget the
+live path gives it. Records S02 would not minify are left as they are. The aliases are
+fixed by the policy at freeze time; the record says which (``served_form``).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+def pool_tokenizer(pool) -> str:
+    """The token counter S02 uses for a pool tier (``request_facts.tokenizer_name``)."""
+    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
+    from app.gateway.request_facts import REFERENCE_ENGINE
+    if getattr(pool, "engine", None) == REFERENCE_ENGINE:
+        return SMOLLM2
+    return tokenizer_for_model(getattr(pool, "model", "") or "")
+
+
+def to_served(record: dict[str, Any], policy: Mapping[str, Any], tokenizer: str
+              ) -> dict[str, Any]:
+    """``record`` ({messages, response_format, answer, ...}) as tier 1 is served it."""
+    rf = record.get("response_format")
+    if not policy.get("minify_enabled") or not isinstance(rf, dict) \
+            or rf.get("type") != "json_schema":
+        return record
+    try:
+        answer = json.loads(record["answer"])
+    except (TypeError, ValueError):
+        return record   # not JSON: the served form would not parse either
+    from app.contract.tokenizers import get_counter
+    from app.core.minify import (MinifyOptions, minify_json, minify_response_format,
+                                 rewrite_messages)
+    from app.gateway.stages.s02_minify import _compact
+    counter = get_counter(tokenizer)
+    res = minify_response_format(rf, tokenizer=counter, options=MinifyOptions(
+        minify_enums=bool(policy.get("minify_enums")),
+        alias_style=policy.get("minify_alias_style") or "semantic"))
+    if res is None:
+        return record
+    new_rf, keymap = res
+    body = {"messages": rewrite_messages(record["messages"], keymap),
+            "response_format": new_rf}
+    compact = _compact(policy, body, new_rf["json_schema"]["schema"])
+    aliases = {o if p in ("", "$") else f"{p}.{o}": a for p, o, a in keymap.renames}
+    return {**record, "messages": body["messages"], "response_format": new_rf,
+            "answer": json.dumps(minify_json(answer, keymap), ensure_ascii=False,
+                                 separators=(",", ":")),
+            "served_form": {"tokenizer": counter.name, "aliases": aliases,
+                            "compact": compact}}
+
+
+def served_form(policy: Mapping[str, Any], pool) -> Callable[[dict], dict]:
+    """``to_served`` bound to a tenant's policy and the tier-1 pool."""
+    tokenizer = pool_tokenizer(pool)
+    return lambda record: to_served(record, policy, tokenizer)
