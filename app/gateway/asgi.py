@@ -37,6 +37,7 @@ from app.contract.keys import Keys
 from app.contract import leases
 
 log = logging.getLogger(__name__)
+STOP_TASKS_S = 3.0   # how long stop() waits for its cancelled background loops
 
 
 class Gateway:
@@ -59,6 +60,7 @@ class Gateway:
         self._router_redis = None           # sync client: PublishedRouters.refresh is sync
         self.lint: LintSampler | None = None  # system-prompt samples for the template lint
         self._tasks: list[asyncio.Task] = []
+        self._stopping = False   # the background loops end at their next turn
         self._hooks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
@@ -108,9 +110,10 @@ class Gateway:
                         len(self.budget.unsettled), exc)
 
     async def _heartbeat(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.heartbeat_s)
-            await self._beat()
+            if not self._stopping:   # a stopping instance's lease ends; never renew it
+                await self._beat()
 
     async def _reap(self, instances: list[str] | None = None) -> None:
         """Give back the budget holds of dead gateway instances (``leases.reap``)."""
@@ -142,7 +145,7 @@ class Gateway:
     async def _refresh_inflight(self) -> None:
         """Keep this process's in-flight counts alive for readers (they expire after
         the tracker's TTL, so a crashed gateway's load disappears)."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(DEFAULT_TTL_S / 3)
             if self.inflight.local:
                 try:
@@ -152,7 +155,7 @@ class Gateway:
 
     async def _flush_lint(self) -> None:
         """Write the lint's request counts of workflows that went quiet."""
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.lint.interval_s)
             await self._lint_write(self.lint.flush())
 
@@ -194,11 +197,17 @@ class Gateway:
             log.debug("in-flight release failed: %s", exc)
 
     async def stop(self) -> None:
+        self._stopping = True
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
+        # Bounded: a loop whose cancellation was swallowed below it (seen on the heartbeat's
+        # Redis pipeline under load: the task sat "cancelling" in its next sleep for good)
+        # must not keep the ledger from being flushed and the spool from being closed.
+        _, stuck = await asyncio.wait(self._tasks, timeout=STOP_TASKS_S) \
+            if self._tasks else (None, set())
+        if stuck:
+            log.warning("gateway stopping: %d background task(s) did not end on cancel: %s",
+                        len(stuck), sorted(t.get_coro().__qualname__ for t in stuck))
         if self._hooks:
             await asyncio.wait(self._hooks, timeout=5)
         with contextlib.suppress(Exception):  # this instance is gone: its lease ends now

@@ -112,3 +112,47 @@ def test_gateway_killed_mid_stream_with_holds_outstanding(app, app_config, gatew
     assert after_reap == 0 and r.hlen(holds_key) == 0
     assert not r.sismember(k.gateway_instances(), instance)
     assert not list(spool.glob("ledger-*.spool")), "a clean stop leaves no spool behind"
+
+
+def test_stop_flushes_and_closes_even_when_a_loop_ignores_its_cancel(app_config, tmp_path):
+    """A background loop whose cancellation is swallowed below it (seen under load: the
+    heartbeat's and the snapshot poller's Redis calls left the task "cancelling" and
+    looping) used to keep ``stop`` waiting for ever, so the process was killed before its
+    ledger was flushed and its spool closed, and the spool stayed behind. ``stop`` now waits
+    a bounded time for its loops, then flushes and closes."""
+    import asyncio
+
+    from app.gateway import asgi
+    from config import load_config
+
+    spool = tmp_path / "spool"
+    cfg = load_config("test", overrides={
+        "REDIS_URL": app_config["REDIS_URL"], "REDIS_NAMESPACE": app_config["REDIS_NAMESPACE"],
+        "GATEWAY_LEDGER_SPOOL_DIR": str(spool), "QDRANT_PATH": str(tmp_path / "qdrant"),
+        "GATEWAY_CACHE_WARM": False})
+
+    async def stubborn() -> None:   # what such a loop does: it outlives stop's cancel
+        swallowed = 0
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                swallowed += 1
+                if swallowed > 1:   # the test's own cancel below ends it
+                    raise
+
+    async def scenario() -> tuple[float, list]:
+        gw = asgi.Gateway(cfg)
+        await gw.start()
+        gw._tasks.append(asyncio.create_task(stubborn()))
+        assert list(spool.glob("ledger-*.spool"))   # this process's spool is open
+        started = time.perf_counter()
+        await asyncio.wait_for(gw.stop(), timeout=60)
+        left = list(spool.glob("ledger-*.spool"))
+        for t in gw._tasks:
+            t.cancel()
+        return time.perf_counter() - started, left
+
+    took, left = asyncio.run(scenario())
+    assert not left, "a clean stop leaves no spool behind"
+    assert took >= asgi.STOP_TASKS_S   # it did wait for the loops, then went on
