@@ -23,13 +23,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+
 def pool_tokenizer(pool) -> str:
-    """The token counter S02 uses for a pool tier (``request_facts.tokenizer_name``)."""
-    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
-    from app.gateway.request_facts import REFERENCE_ENGINE
-    if getattr(pool, "engine", None) == REFERENCE_ENGINE:
-        return SMOLLM2
-    return tokenizer_for_model(getattr(pool, "model", "") or "")
+    """The token counter S02 uses for a pool tier (``request_facts.pool_tokenizer``)."""
+    from app.gateway.request_facts import pool_tokenizer as rule
+    return rule(getattr(pool, "engine", None), getattr(pool, "model", "") or "")
 
 
 def to_served(record: dict[str, Any], policy: Mapping[str, Any], tokenizer: str
@@ -43,26 +41,19 @@ def to_served(record: dict[str, Any], policy: Mapping[str, Any], tokenizer: str
         answer = json.loads(record["answer"])
     except (TypeError, ValueError):
         return record   # not JSON: the served form would not parse either
-    from app.contract.tokenizers import get_counter
-    from app.core.minify import (MinifyOptions, minify_json, minify_response_format,
-                                 rewrite_messages)
-    from app.gateway.stages.s02_minify import _compact
-    counter = get_counter(tokenizer)
-    res = minify_response_format(rf, tokenizer=counter, options=MinifyOptions(
-        minify_enums=bool(policy.get("minify_enums")),
-        alias_style=policy.get("minify_alias_style") or "semantic"))
-    if res is None:
+    from app.core.minify import minify_json
+    from app.gateway.stages.s02_minify import minify_request
+    got = minify_request({"messages": record["messages"], "response_format": rf}, policy,
+                         tokenizer, pool=True)
+    if got is None or got[1].keymap is None:
         return record
-    new_rf, keymap = res
-    body = {"messages": rewrite_messages(record["messages"], keymap),
-            "response_format": new_rf}
-    compact = _compact(policy, body, new_rf["json_schema"]["schema"])
-    aliases = {o if p in ("", "$") else f"{p}.{o}": a for p, o, a in keymap.renames}
-    return {**record, "messages": body["messages"], "response_format": new_rf,
-            "answer": json.dumps(minify_json(answer, keymap), ensure_ascii=False,
+    body, st = got
+    aliases = {o if p in ("", "$") else f"{p}.{o}": a for p, o, a in st.keymap.renames}
+    return {**record, "messages": body["messages"], "response_format": st.response_format,
+            "answer": json.dumps(minify_json(answer, st.keymap), ensure_ascii=False,
                                  separators=(",", ":")),
-            "served_form": {"tokenizer": counter.name, "aliases": aliases,
-                            "compact": compact}}
+            "served_form": {"tokenizer": st.tokenizer, "aliases": aliases,
+                            "compact": st.compact}}
 
 
 def served_form(policy: Mapping[str, Any], pool) -> Callable[[dict], dict]:

@@ -27,11 +27,14 @@ def schema_present(body: dict) -> bool:
 def tokenizer_name(ctx: RequestContext, tier=None) -> str:
     """Token counter for ``tier`` (the request's by default): the reference engine runs
     SmolLM2, external tiers count as cl100k, other pools by their model name."""
-    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
     tier = (ctx.tier if tier is None else tier) or {}
     if tier.get("upstream_kind") != "pool":
         return "cl100k_base"
     pool = ctx.snapshot.pools.get(str(tier.get("pool_id"))) or {}
-    if pool.get("engine") == REFERENCE_ENGINE:
-        return SMOLLM2
-    return tokenizer_for_model(pool.get("model") or tier.get("model") or "")
+    return pool_tokenizer(pool.get("engine"), pool.get("model") or tier.get("model") or "")
+
+
+def pool_tokenizer(engine: str | None, model: str) -> str:
+    """A pool's token counter: the reference engine runs SmolLM2, others by model name."""
+    from app.contract.tokenizers import SMOLLM2, tokenizer_for_model
+    return SMOLLM2 if engine == REFERENCE_ENGINE else tokenizer_for_model(model)

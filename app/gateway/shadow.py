@@ -5,8 +5,8 @@ After the client has its answer (``Gateway.book``), a request that a higher tier
 tier 1 answered successfully may be sent again to a tier-1 replica, off the path: the
 body the routed path would send tier 1 (``routed_for``: S02's minified schema, the compact
 grammar on a pool), not streamed, no S00 cache, the tenant's engine cache salt. Tier 1's
-answer, its keys expanded as S05 would, is compared with the answer the client got (``verdict``: JSON per field, text
-normalized, as ``app.core.concordance``) and booked as a ledger event of its own, kind
+answer, its keys expanded as S05 would, is compared with the answer the client got
+(``verdict``: JSON per field, text normalized, as ``app.core.concordance``) and booked as a ledger event of its own, kind
 ``shadow``, priced at tier 1. Two modes, each with its own sampling, cap and metric:
 
 - ``adapter``: a workflow's adapter in shadow (the snapshot entry's ``shadow``), with
@@ -203,24 +203,6 @@ def routed_for(ctx: RequestContext, tier: Mapping[str, Any]) -> tuple[dict[str, 
     return got if got is not None else (source, None)
 
 
-def expand_answer(data: dict[str, Any], st: Any) -> None:
-    """A probe's completion with S02's aliases mapped back to the client's keys, in place
-    (what S05 does to a routed answer), so verdicts compare like with like."""
-    if st is None:
-        return
-    from app.core.minify import expand_text, expand_tool_arguments
-    for ch in data.get("choices") or []:
-        msg = ch.get("message") or {}
-        content = msg.get("content")
-        if st.keymap is not None and isinstance(content, str) and content:
-            msg["content"] = expand_text(content, st.keymap)[0]
-        for tc in msg.get("tool_calls") or []:
-            fn = tc.get("function") or {}
-            km = st.tool_maps.get(fn.get("name"))
-            if km is not None and isinstance(fn.get("arguments"), str):
-                fn["arguments"] = expand_tool_arguments(fn["arguments"], km)
-
-
 def probe_body(ctx: RequestContext, model: str, pool: bool = True,
                source: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The request for an off-path run: ``source`` (``routed_for``'s body; the client's
@@ -301,8 +283,8 @@ def count(ctx: RequestContext, probe: Probe, outcome: str) -> None:
 async def generate(ctx: RequestContext, probe: Probe
                    ) -> tuple[Mapping[str, Any], str, dict, float] | None:
     """The off-path call itself, after the client's answer went out: (replica, model asked,
-    the completion with its keys expanded as S05 would, latency ms); None when no replica may answer (counted). Raises on an
-    upstream failure."""
+    the completion with its keys expanded as S05 would, latency ms); None when no replica
+    may answer (counted). Raises on an upstream failure."""
     await asyncio.sleep(0)  # the client's answer goes out first
     replica = _replica(ctx, probe)
     if replica is None:
@@ -311,7 +293,7 @@ async def generate(ctx: RequestContext, probe: Probe
     holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
     model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
     source, st = (await anyio.to_thread.run_sync(routed_for, ctx, probe.tier)
-                  if ctx.minify is not None else (ctx.upstream_body, None))
+                  if ctx.minify is not None else routed_for(ctx, probe.tier))
     started = time.perf_counter()
     resp = await ctx.services.upstream.open(
         chat_url(replica["url"]),
@@ -324,8 +306,9 @@ async def generate(ctx: RequestContext, probe: Probe
     finally:
         await resp.aclose()
     latency_ms = (time.perf_counter() - started) * 1000.0
-    if st is not None:
-        await anyio.to_thread.run_sync(expand_answer, data, st)
+    if st is not None:   # the keys back as S05 gives them (its problems are not ours)
+        from app.gateway.stages.s05_expand import expand_choices
+        await anyio.to_thread.run_sync(expand_choices, st, data)
     return replica, model, data, latency_ms
 
 

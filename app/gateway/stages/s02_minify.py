@@ -73,14 +73,21 @@ def minify_body(ctx: RequestContext, name: str, pool: bool
     """(the body to send, its MinifyState) for a tier counted by tokenizer ``name``, a
     pool or not; None when there is nothing to minify. Leaves ``ctx`` as it is (the
     off-path probes ask it for tier 1: ``app.gateway.shadow.routed_for``)."""
+    return minify_request(_source(ctx), ctx.policy, name, pool)
+
+
+def minify_request(source: dict, policy, name: str, pool: bool
+                   ) -> tuple[dict, MinifyState] | None:
+    """``minify_body`` for a request body and a policy, no request context (an adapter's
+    dataset is frozen in this form: ``app.adapters.served_form``)."""
     from app.core.minify import (MinifyOptions, minify_response_format, minify_tools,
                                  rewrite_messages)
     from app.contract.tokenizers import get_counter
     counter = get_counter(name)
     options = MinifyOptions(
-        minify_enums=bool(ctx.policy["minify_enums"]),
-        alias_style=ctx.policy["minify_alias_style"])
-    body = dict(_source(ctx))
+        minify_enums=bool(policy["minify_enums"]),
+        alias_style=policy["minify_alias_style"])
+    body = dict(source)
     keymap = schema = new_rf = None
     res = minify_response_format(body.get("response_format"), tokenizer=counter,
                                  options=options)
@@ -90,14 +97,14 @@ def minify_body(ctx: RequestContext, name: str, pool: bool
         body["messages"] = rewrite_messages(body["messages"], keymap)
         schema = new_rf["json_schema"]["schema"]
     tool_maps: dict = {}
-    if ctx.policy.get("minify_tools") and isinstance(body.get("tools"), list):
+    if policy.get("minify_tools") and isinstance(body.get("tools"), list):
         body["tools"], tool_maps = minify_tools(body["tools"], tokenizer=counter,
                                                 options=options)
     if keymap is None and not tool_maps:
         return None
     messages = body["messages"]
-    compact = schema is not None and pool and _compact(ctx.policy, body, schema)
-    return body, MinifyState(keymap, schema, tool_maps, counter.name, _source(ctx),
+    compact = schema is not None and pool and _compact(policy, body, schema)
+    return body, MinifyState(keymap, schema, tool_maps, counter.name, source,
                              options.alias_style, compact, new_rf, messages)
 
 

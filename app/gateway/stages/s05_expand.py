@@ -55,11 +55,11 @@ def _savings(ctx: RequestContext, minified: str, expanded: str) -> None:
         log.exception("request %s: minify savings failed", ctx.request_id)
 
 
-def _expand_choices(ctx: RequestContext, data: dict) -> tuple[list[str], str, str]:
-    """Expand every choice in place; returns (problems, minified text, expanded text) of
-    the response_format content (choice 0)."""
+def expand_choices(st, data: dict) -> tuple[list[str], str, str]:
+    """Expand every choice of a completion in place with S02's state ``st``; returns
+    (problems, minified text, expanded text) of the response_format content (choice 0).
+    The off-path probes expand their answers with it too (``app.gateway.shadow``)."""
     from app.core.minify import expand_text, expand_tool_arguments, validate_minified
-    st = ctx.minify
     problems: list[str] = []
     raw = out = ""
     for ch in data.get("choices") or []:
@@ -83,7 +83,7 @@ def _expand_choices(ctx: RequestContext, data: dict) -> tuple[list[str], str, st
 def _expand_response(ctx: RequestContext) -> list[str]:
     data = orjson.loads(ctx.response_bytes)
     ctx.usage = data.get("usage") or {}
-    problems, raw, out = _expand_choices(ctx, data)
+    problems, raw, out = expand_choices(ctx.minify, data)
     _savings(ctx, raw, out)
     ctx.response_json = data
     return problems
