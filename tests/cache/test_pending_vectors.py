@@ -45,8 +45,14 @@ class CountingEncoder:
 
 
 @pytest.fixture()
-def ns(redis_namespace):
-    return f"{redis_namespace}:p{uuid.uuid4().hex[:8]}"
+def ns(redis_namespace, raw_redis):
+    """A namespace of the test's own, emptied afterwards: its entries live 600 s, and
+    expiring during a later test they read as that test's changes (the route-table walk
+    of tests/security saw them as writes of refused calls)."""
+    name = f"{redis_namespace}:p{uuid.uuid4().hex[:8]}"
+    yield name
+    for key in list(raw_redis.scan_iter(f"{name}:*", count=1000)):
+        raw_redis.delete(key)
 
 
 def _store(raw_redis, ns, **kw) -> CacheStore:
