@@ -97,7 +97,8 @@ FIELDS: dict[str, Field] = {
     # promoted (app.cascade.regret holds that one to router_max_regret)
     "frontier_until_router": Field(bool, False, tenant=TENANT_UP, help=(
         "Auto requests of a workflow past its warm-up go to the frontier, not tier 2, until "
-        "a router version for it is promoted")),
+        "a router version for it is promoted (the workflow's own: a tenant-wide router is not "
+        "asked for a workflow's requests)")),
     "distill_min_traces": Field(int, 2500, 1, 10_000_000,
                                 help="Verified traces needed before LoRA training", tenant=TENANT_UP),
     "shadow_concordance": Field(float, 0.99, 0.5, 1.0,

@@ -4,7 +4,8 @@ The control plane writes ``<ns>:router:<scope>:active`` (JSON: scope, version, m
 params, taus: the version's own τ {"1": τ1, "2": τ2} or null) and bumps ``<ns>:router:version`` (app.cascade.service.publish_active). A gateway
 keeps one ``PublishedRouters``, calls ``refresh(redis, ns)`` on its snapshot poll (one GET
 when nothing changed), and at S01 asks ``get(tenant_id, workflow)``: the workflow's
-router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2);
+router, else the tenant's, else the global one, else None (S01_DEFAULT_TIER2; with
+``own_only``, what policy frontier_until_router asks, the workflow's router alone);
 ``taus(tenant_id, workflow)`` gives that router's own τ (None: the policy's apply).
 A malformed published entry is dropped (so that scope falls back), never raised.
 """
@@ -20,9 +21,13 @@ from app.core import router_model as rm
 log = logging.getLogger(__name__)
 
 
-def scopes_for(tenant_id: int | str, workflow: str | None) -> list[str]:
-    """Lookup order for a request, most specific first."""
+def scopes_for(tenant_id: int | str, workflow: str | None, *,
+               own_only: bool = False) -> list[str]:
+    """Lookup order for a request, most specific first. ``own_only``: a request of a
+    workflow looks at that workflow's router alone (policy frontier_until_router)."""
     out = [f"tenant:{tenant_id}:wf:{workflow}"] if workflow else []
+    if own_only and workflow:
+        return out
     return out + [f"tenant:{tenant_id}", "global"]
 
 
@@ -48,16 +53,18 @@ class PublishedRouters:
             log.warning("router for %s not loaded: %s", scope, exc)
             self._routers.pop(scope, None)
 
-    def get(self, tenant_id: int | str, workflow: str | None) -> rm.Router | None:
-        for scope in scopes_for(tenant_id, workflow):
+    def get(self, tenant_id: int | str, workflow: str | None, *,
+            own_only: bool = False) -> rm.Router | None:
+        for scope in scopes_for(tenant_id, workflow, own_only=own_only):
             hit = self._routers.get(scope)
             if hit is not None:
                 return hit[1]
         return None
 
-    def taus(self, tenant_id: int | str, workflow: str | None) -> dict[int, float] | None:
+    def taus(self, tenant_id: int | str, workflow: str | None, *,
+             own_only: bool = False) -> dict[int, float] | None:
         """The τ published with the router ``get`` returns, None when it has none."""
-        for scope in scopes_for(tenant_id, workflow):
+        for scope in scopes_for(tenant_id, workflow, own_only=own_only):
             if scope in self._routers:
                 return self._taus.get(scope)
         return None

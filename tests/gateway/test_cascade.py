@@ -102,6 +102,29 @@ def test_frontier_until_router_keeps_a_scope_without_router_on_the_frontier():
     assert FIELDS["frontier_until_router"].default is False   # the seed's S01_DEFAULT_TIER2
 
 
+def test_frontier_until_router_asks_only_the_workflows_own_router():
+    """Under frontier_until_router a workflow's request leaves the frontier only by its own
+    router: the tenant's (trained on the other workflows' labels) is not asked for it, and
+    it still routes requests that name no workflow."""
+    ctx = routed_ctx(router_params(0.9, 0.9), frontier_until_router=True)   # tenant:1 router
+    ctx.workflow_signature = "wf-sql"
+    ctx.embedding = np.zeros(384, dtype=np.float32)
+    assert route(ctx) == "tier-3" and ctx.telemetry["route_reason"] == "frontier_until_router"
+    own = routed_ctx(router_params(0.9, 0.9), frontier_until_router=True)
+    own.services.routers.update("tenant:1:wf:wf-sql",
+                                json.dumps({"version": 1, "params": router_params(0.9, 0.9),
+                                            "taus": {"1": 0.5, "2": 0.5}}))
+    own.workflow_signature = "wf-sql"
+    own.embedding = np.zeros(384, dtype=np.float32)
+    assert route(own) == "tier-1" and own.telemetry["route_reason"] == "router"
+    assert s01_route.taus(own) == {1: 0.5, 2: 0.5}   # the workflow version's own τ
+    # the policy off: the tenant's router decides for a workflow with none of its own
+    off = routed_ctx(router_params(0.9, 0.9))
+    off.workflow_signature = "wf-sql"
+    off.embedding = np.zeros(384, dtype=np.float32)
+    assert route(off) == "tier-1" and off.telemetry["route_reason"] == "router"
+
+
 def test_explicit_tier_logs_features_only_when_s00_embedded():
     for embedded in (False, True):
         ctx = routed_ctx(None)

@@ -19,7 +19,8 @@ No router for the scope, or a router that cannot score the request, goes to
 S01_DEFAULT_TIER2: tier 2 (the second-cheapest tier the tenant may use); with the policy's
 ``frontier_until_router`` on, a scope with no router goes to the frontier instead (reason
 "frontier_until_router"), so no auto traffic reaches a cheaper tier before a promoted
-version has shown, within ``router_max_regret``, that it may.
+version has shown, within ``router_max_regret``, that it may; for a request of a workflow
+that version must be the workflow's own (the tenant's and the global router are not asked).
 """
 from __future__ import annotations
 
@@ -65,17 +66,25 @@ def is_new_workflow(workflow: dict | None, frontier_first_hours: float,
     return ((now or time.time()) - first) < frontier_first_hours * 3600
 
 
+def own_only(ctx: RequestContext) -> bool:
+    """Under frontier_until_router a workflow leaves the frontier only by its own router: a
+    tenant-wide one learned from the other workflows' labels (an adapter that passes one
+    workflow, the base model another) says nothing of this workflow's cheaper tiers."""
+    return bool(ctx.policy.get("frontier_until_router")) and bool(ctx.workflow_signature)
+
+
 def active_router(ctx: RequestContext) -> rm.Router | None:
     routers = getattr(ctx.services, "routers", None)
     if routers is None:
         return None
-    return routers.get(ctx.tenant["id"], ctx.workflow_signature or None)
+    return routers.get(ctx.tenant["id"], ctx.workflow_signature or None, own_only=own_only(ctx))
 
 
 def taus(ctx: RequestContext) -> dict[int, float]:
     """τ of the request's router: its version's own (promotion set them), else the policy's."""
     routers = getattr(ctx.services, "routers", None)
-    own = routers.taus(ctx.tenant["id"], ctx.workflow_signature or None) if routers else None
+    own = routers.taus(ctx.tenant["id"], ctx.workflow_signature or None,
+                       own_only=own_only(ctx)) if routers else None
     return own or rm.taus_from_policy(ctx.policy)
 
 
