@@ -4,7 +4,9 @@ A scope is due when its labelled traces could train a cheaper tier (one has at l
 ``ROUTER_MIN_LABELS`` labels after the held-out share is set aside; a tier with fewer is left
 out of the version, which then never routes there) and, once a version
 exists, when at least ``ROUTER_RETRAIN_MIN_NEW_LABELS`` labelled traces arrived after that
-version was trained. Scopes are each tenant and each of its workflows
+version was trained, or when tier 1 changed what it answers the workflow with (an adapter
+promoted, canaried or rolled back) after that version: its tier-1 model is then of another
+arm. Scopes are each tenant and each of its workflows
 ("tenant:<id>", "tenant:<id>:wf:<workflow>"), over requests of the last
 ``ROUTER_TRAIN_WINDOW_DAYS``. Only the label-bearing parts of the payload are read, not the
 feature vectors; tier-1 exploration verdicts (``app.cascade.traces``) count as labels. A label given late (feedback on a request older than the last version)
@@ -47,6 +49,19 @@ def _last_trained() -> dict[str, datetime]:
     return {scope: at for scope, at in db.session.execute(q)}
 
 
+def _arm_changes() -> dict[str, datetime]:
+    """Workflow scope -> when tier 1 last changed what it answers that workflow with (an
+    adapter entered or left canary/promoted)."""
+    from app.adapters import states
+    from app.adapters.models import Adapter, AdapterEvent
+    q = (db.select(Adapter.tenant_id, Adapter.workflow, db.func.max(AdapterEvent.at))
+         .join(AdapterEvent, AdapterEvent.adapter_id == Adapter.id)
+         .where(db.or_(AdapterEvent.to_state.in_(states.SERVING),
+                       AdapterEvent.from_state.in_(states.SERVING)))
+         .group_by(Adapter.tenant_id, Adapter.workflow))
+    return {f"tenant:{t}:wf:{w}": _aware(at) for t, w, at in db.session.execute(q) if at}
+
+
 def _aware(at: datetime) -> datetime:
     return at if at.tzinfo is not None else at.replace(tzinfo=timezone.utc)
 
@@ -60,6 +75,7 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
     need = math.ceil(int(current_app.config["ROUTER_MIN_LABELS"]) / max(1e-6, 1.0 - heldout))
     min_new = int(current_app.config["ROUTER_RETRAIN_MIN_NEW_LABELS"])
     trained = {s: _aware(at) for s, at in _last_trained().items()}
+    arm_changed = _arm_changes()
     counts: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"tiers": [0] * (N_TIERS - 1), "labelled": 0, "new": 0})
     explored = explored_verdicts("global", since=since)
@@ -86,7 +102,9 @@ def due_scopes(now: datetime | None = None) -> list[dict[str, Any]]:
     for scope, c in counts.items():
         if max(c["tiers"]) < need:   # a tier without enough labels is left out of the version
             continue
-        if scope in trained and c["new"] < min_new:
+        changed = arm_changed.get(scope)
+        stale = changed is not None and scope in trained and trained[scope] < changed
+        if scope in trained and c["new"] < min_new and not stale:
             continue
         due.append({"scope": scope, **c,
                     "tiers": {str(r + 1): n for r, n in enumerate(c["tiers"])}})

@@ -76,13 +76,27 @@ def serving_arms() -> dict[tuple[int, str], set[str | None]]:
     return out
 
 
+def adapter_shadow_verdict(payload: Any) -> tuple[str, str, bool, str] | None:
+    """(request id shadowed, tier rank, agreed, adapter) of an adapter's shadow row that
+    names its tier; None for any other row."""
+    p = payload or {}
+    if p.get("explore") or not p.get("adapter") or not p.get("shadow_of") \
+            or not p.get("tier_rank") or not isinstance(p.get("agreed"), bool):
+        return None
+    return str(p["shadow_of"]), str(int(p["tier_rank"])), p["agreed"], str(p["adapter"])
+
+
 def explored_verdicts(scope: str, since=None) -> dict[str, dict[str, bool]]:
-    """request id -> {tier rank: agreed} from the exploration rows of ``scope``.
+    """request id -> {tier rank: agreed} from the exploration rows of ``scope``, and from
+    the shadow rows of the adapters that serve tier 1 now.
 
     A tier-1 verdict counts only when tier 1 still answers that workflow with what the
     exploration asked (``payload.adapter``: the adapter, or None for the base model;
     ``serving_arms``): once an adapter is promoted, the base model's failures no longer say
-    anything about tier 1, and an adapter rolled back no longer serves."""
+    anything about tier 1, and an adapter rolled back no longer serves. An adapter's shadow
+    run (same concordance rule, same routed body) is the same evidence as exploring it: once
+    it serves, the router has its shadow phase's verdicts at once instead of waiting for new
+    exploration."""
     q = _in_scope(db.select(LedgerEntry.tenant_id, LedgerEntry.workflow, LedgerEntry.payload)
                   .where(LedgerEntry.kind == "shadow"), scope)
     if since is not None:
@@ -90,12 +104,15 @@ def explored_verdicts(scope: str, since=None) -> dict[str, dict[str, bool]]:
     arms = serving_arms()
     out: dict[str, dict[str, bool]] = {}
     for tenant_id, workflow, payload in db.session.execute(q):
+        serving = arms.get((tenant_id, workflow or ""), {None})
         found = explore_verdict(payload)
         if found is None:
-            continue
+            shadowed = adapter_shadow_verdict(payload)
+            if shadowed is None or shadowed[3] not in serving:
+                continue
+            found = shadowed[:3]
         rid, rank, agreed = found
-        if rank == "1" and (payload or {}).get("adapter") not in \
-                arms.get((tenant_id, workflow or ""), {None}):
+        if rank == "1" and (payload or {}).get("adapter") not in serving:
             continue
         out.setdefault(rid, {})[rank] = agreed
     return out

@@ -11,8 +11,9 @@ answer, its keys expanded as S05 would, is compared with the answer the client g
 
 - ``adapter``: a workflow's adapter in shadow (the snapshot entry's ``shadow``), with
   probability ``sample_pct``, on a replica that loaded it; request id
-  ``<request id>-shadow``, payload {shadow_of, adapter, agreed}. ``adapters.shadow_rollup``
-  turns those rows into the adapter's concordance and its approval gate.
+  ``<request id>-shadow``, payload {shadow_of, adapter, tier_rank, agreed}.
+  ``adapters.shadow_rollup`` turns those rows into the adapter's concordance and its
+  approval gate; once the adapter serves tier 1 they are its router labels too.
 - ``explore``: what tier 1 would have served (the base model, or the workflow's promoted /
   canary adapter where a replica holds it) for a request the router can learn from (it
   logged S01's features), with probability policy ``explore_pct``; request id
@@ -261,7 +262,9 @@ def probe_event(ctx: RequestContext, probe: Probe, model: str, replica: Mapping[
                                "served_tier": ctx.tier.get("name"),
                                "replica": replica.get("name")}
     if probe.mode == ADAPTER:
-        payload["adapter"] = probe.adapter
+        # tier_rank: once this adapter serves tier 1, its shadow verdicts are tier-1 labels
+        # for the workflow's router (app.cascade.traces.explored_verdicts)
+        payload.update(adapter=probe.adapter, tier_rank=int(probe.tier["rank"]))
     else:
         payload.update(explore=True, tier_rank=int(probe.tier["rank"]), model=model,
                        served_rank=ctx.tier.get("rank"),

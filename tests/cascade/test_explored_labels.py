@@ -42,3 +42,26 @@ def test_tier_one_verdicts_follow_the_serving_adapter(app):
     a.state = "rolled_back"
     db.session.commit()
     assert explored_verdicts(scope) == {"base-1": {"1": False}}
+
+
+def test_an_adapters_shadow_verdicts_label_tier_one_once_it_serves(app):
+    """The shadow phase's verdicts (same routed body, same concordance rule) are tier-1
+    labels of the adapter from the moment it serves, and never while it only shadows."""
+    t = TenantFactory()
+    scope = f"tenant:{t.id}:wf:wfA"
+    explored(t.id, "r-1", None, False)   # exploration of the base model
+    db.session.add(LedgerEntry(
+        request_id="r-1-shadow", tenant_id=t.id, workflow="wfA", kind="shadow",
+        at=datetime.now(timezone.utc), adapter="wf-wfa-2",
+        payload={"shadow_of": "r-1", "adapter": "wf-wfa-2", "tier_rank": 1, "agreed": True}))
+    db.session.add(LedgerEntry(     # an older row without its tier: not a label
+        request_id="r-2-shadow", tenant_id=t.id, workflow="wfA", kind="shadow",
+        at=datetime.now(timezone.utc), adapter="wf-wfa-2",
+        payload={"shadow_of": "r-2", "adapter": "wf-wfa-2", "agreed": True}))
+    a = Adapter(tenant_id=t.id, workflow="wfA", name="wf-wfa-2", state="shadow")
+    db.session.add(a)
+    db.session.commit()
+    assert explored_verdicts(scope) == {"r-1": {"1": False}}
+    a.state = "promoted"
+    db.session.commit()
+    assert explored_verdicts(scope) == {"r-1": {"1": True}}

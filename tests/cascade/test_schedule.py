@@ -82,3 +82,29 @@ def test_retrain_waits_for_new_labels_after_the_last_version(cfg):
     add_rows(t.id, "wfA", 1, now - timedelta(minutes=5), passed=True, tag="new2")
     (d,) = [d for d in due_scopes(now) if d["scope"] == wf]
     assert d["new"] == 5 and d["labelled"] == 17
+
+
+def test_a_promotion_makes_the_workflow_router_due_without_new_labels(cfg):
+    """The version trained before tier 1 changed arm (an adapter promoted) models the base
+    model on tier 1: the workflow's scope is due again at once, not after
+    ROUTER_RETRAIN_MIN_NEW_LABELS more; once retrained after the change it waits again."""
+    from app.adapters.models import Adapter, AdapterEvent
+    t = TenantFactory()
+    now = datetime.now(timezone.utc)
+    wf = f"tenant:{t.id}:wf:wfA"
+    add_rows(t.id, "wfA", 12, now - timedelta(hours=3), passed=False, tag="f")
+    db.session.add(RouterModel(scope=wf, version=1, status="active", params={},
+                               created_at=now - timedelta(hours=2)))
+    db.session.commit()
+    assert wf not in {d["scope"] for d in due_scopes(now)}
+    a = Adapter(tenant_id=t.id, workflow="wfA", name=f"wf-{t.id}-1", state="promoted")
+    db.session.add(a)
+    db.session.flush()
+    db.session.add(AdapterEvent(adapter_id=a.id, at=now - timedelta(hours=1), event="promote",
+                                from_state="canary", to_state="promoted"))
+    db.session.commit()
+    assert wf in {d["scope"] for d in due_scopes(now)}
+    db.session.add(RouterModel(scope=wf, version=2, status="active", params={},
+                               created_at=now - timedelta(minutes=30)))
+    db.session.commit()
+    assert wf not in {d["scope"] for d in due_scopes(now)}
