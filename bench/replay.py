@@ -3,6 +3,7 @@ from the ledger and the same replay with each stage switched off.
 
     .venv/bin/python bench/replay.py [--n 1000] [--seed 0] [--variants full,no_cache,...]
                                      [--screenshot docs/finops-replay.png]
+                                     [--prior-months 1]   # steady state: see below
 
 Traffic: bench/replay_traffic.py (the bench's own generator, stated there): three tenants,
 five workflows of the seed's categories (invoice extraction with a JSON schema, support
@@ -39,6 +40,14 @@ full_frontier_until_router (the full system with policy frontier_until_router on
 request reaches a cheaper tier before a router version is promoted); and full_adapters
 (that, with the LoRA flywheel run during the month through the product's API, tasks and
 services: bench/replay_flywheel.py says what the bench clicks and what is scaled).
+
+Steady state (``--prior-months K``): each variant's tenants first replay K months of the
+same workflows (their own seeds: other documents, tickets and questions), so the flywheel's
+adapters, the routers and the caches carry over into the measured month as they would in
+production's second month; the headline, the flywheel table's request and tier-1 columns
+and the frontier pass rate are read from the measured month's ledger rows only (booked
+after it started). Without it, a month starts cold: traces, training, shadow, approval and
+the router's labels take most of it.
 """
 from __future__ import annotations
 
@@ -105,7 +114,9 @@ def gold_entries(month: traffic.Month) -> list[dict]:
     out, seen = [], set()
     for r in month.requests:
         if r["category"] == "long_context":
-            context = r["system"].split("\n\n", 1)[1].splitlines()[0]
+            # the whole contract: two contracts (of one month, or of a prior month's seed)
+            # may share their title line with other terms
+            context = r["system"].split("\n\n", 1)[1].strip()
         elif r["turn"] > 1:
             context = r["prev_user"]
         else:
@@ -198,7 +209,11 @@ async def run_window(stack: Stack, keys: dict[str, str], model: str, window: lis
 
 def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                    log=print, warmup_h: int = WARMUP_H,
-                   checkpoint_h: int = CHECKPOINT_H) -> dict:
+                   checkpoint_h: int = CHECKPOINT_H,
+                   prior: list[traffic.Month] | None = None) -> dict:
+    """Replay ``month`` for the variant's own tenants; with ``prior`` months, those are
+    replayed first through the same tenants (flywheel, routers and caches carry over) and
+    every figure is read from the measured month's rows only (``since``)."""
     policy, model = VARIANTS[name]
     tenants = {t.name: stack.make_tenant(f"{t.name}-{name}", t.department,
                                          {"frontier_first_hours": warmup_h, **policy})
@@ -206,40 +221,66 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
     stack.publish()
     ids = [tid for tid, _ in tenants.values()]
     keys = {n: k for n, (_, k) in tenants.items()}
-    all_units = units(month)
-    sent: list[dict] = []
     trained: list[dict] = []
-    wheel = flywheel.Flywheel(stack, {n: tid for n, (tid, _) in tenants.items()}, log) \
+    wheel = flywheel.Flywheel(stack, {n: tid for n, (tid, _) in tenants.items()}, log,
+                              prior_months=len(prior or ())) \
         if name == "full_adapters" else None
     offpath_wait = 0.0
     warm = True
-    t0 = time.perf_counter()
+    months = list(prior or ()) + [month]
     end_h = traffic.MONTH_DAYS * 24
-    for start_h in range(0, end_h, checkpoint_h):
-        if warm and start_h >= warmup_h:
-            stack.set_policy(ids, {"frontier_first_hours": 0})
-            warm = False
-        lo, hi = start_h * 3600, (start_h + checkpoint_h) * 3600
-        window = [u for u in all_units if lo <= u[0]["at"] < hi]
-        if window:
-            asyncio.run(run_window(stack, keys, model, window, conc, sent))
-        if wheel is not None:
-            offpath_wait += stack.engines_idle(stack.engine_urls[:stack.t1])
-        stack.drain()
-        if wheel is not None:
-            wheel.step(start_h + checkpoint_h)
+    sent_before = judged_before = 0
+    since = None
+    for m_i, this in enumerate(months):
+        measured = m_i == len(months) - 1
+        if measured and prior:
+            # the prior months' rows are all in before the measured month starts
+            stack.wait_ledger(ids, sent_before, judged_before)
+            since = datetime.now(timezone.utc)
+            if wheel is not None:
+                wheel.mark_measured(m_i * end_h)
+        all_units = units(this)
+        sent: list[dict] = []
+        t0 = time.perf_counter()
+        paused0 = wheel.paused_s if wheel is not None else 0.0
+        wait0 = offpath_wait
+        trained_here: list[dict] = []
+        for start_h in range(0, end_h, checkpoint_h):
+            month_h = m_i * end_h + start_h
+            if warm and month_h >= warmup_h:
+                stack.set_policy(ids, {"frontier_first_hours": 0})
+                warm = False
+            lo, hi = start_h * 3600, (start_h + checkpoint_h) * 3600
+            window = [u for u in all_units if lo <= u[0]["at"] < hi]
+            if window:
+                asyncio.run(run_window(stack, keys, model, window, conc, sent))
+            if wheel is not None:
+                offpath_wait += stack.engines_idle(stack.engine_urls[:stack.t1])
             stack.drain()
-        if not warm:
-            trained += [t for t in stack.train_due_routers() if t.get("trained")]
-        if start_h % (10 * checkpoint_h) == 0:
-            log(f"  [{name}] day {start_h // 24:2d}: {len(sent)} sent, "
-                f"{time.perf_counter() - t0:.0f} s")
+            if wheel is not None:
+                wheel.step(month_h + checkpoint_h)
+                stack.drain()
+            if not warm:
+                trained_here += [t for t in stack.train_due_routers() if t.get("trained")]
+            if start_h % (10 * checkpoint_h) == 0:
+                tag = f"month {m_i + 1}/{len(months)} " if prior else ""
+                log(f"  [{name}] {tag}day {start_h // 24:2d}: {len(sent)} sent, "
+                    f"{time.perf_counter() - t0:.0f} s")
+        trained += trained_here
+        if not measured:
+            sent_before += len(sent)
+            judged_before += sum(1 for s in sent if s.get("feedback") == 202)
     wall = time.perf_counter() - t0
-    rows = stack.wait_ledger(ids, len(sent), sum(1 for s in sent if s.get("feedback") == 202))
-    return {"name": name, "tenant_ids": ids, "sent": sent, "wall_s": wall, "trained": trained,
-            "ledger_rows": rows, "flywheel": wheel.report() if wheel is not None else None,
-            "paused_s": wheel.paused_s if wheel is not None else 0.0,
-            "offpath_wait_s": offpath_wait}
+    rows = stack.wait_ledger(ids, sent_before + len(sent),
+                             judged_before + sum(1 for s in sent if s.get("feedback") == 202))
+    return {"name": name, "tenant_ids": ids, "sent": sent, "wall_s": wall,
+            "trained": trained_here if prior else trained, "trained_prior": trained,
+            "since": since, "prior_months": len(prior or ()),
+            "ledger_rows": rows - sent_before,
+            "flywheel": wheel.report() if wheel is not None else None,
+            "paused_s": wheel.paused_s - paused0 if wheel is not None else 0.0,
+            "paused_prior_s": paused0,
+            "offpath_wait_s": offpath_wait - wait0}
 
 
 def verdict(h: dict, res: dict, frontier: dict) -> list[str]:
@@ -293,6 +334,14 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
         f"{c} {e:.0%}/{p:.0%}" for c, (e, p) in traffic.REPEATS.items()))
     lines.append(f"router thresholds scaled to the replay: {ROUTER_SCALED}; "
                  f"checkpoint every {args.checkpoint_h} month-hours; warm-up {args.warmup_h} h")
+    k = getattr(args, "prior_months", 0)
+    if k:
+        lines.append(
+            f"steady state: each variant's tenants first replay {k} prior month(s) of the same "
+            f"workflows (own seeds {', '.join(str(args.seed + 1000 * (i + 1)) for i in range(k))}: "
+            f"other documents, tickets and questions, {args.n} requests each) through the same "
+            f"system, so the flywheel, routers and caches carry over as they would into a "
+            f"second month; every figure below is from the measured month's ledger rows only")
     lines.append(f"frontier pass rate (rows tier-3 served, {frontier['source']}): "
                  f"{frontier['rate']:.2%} of {frontier['n']}")
     for r in results:
@@ -336,11 +385,15 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
                          f"  ({1 - c / b if b else 0:+.1%} cut)")
         lines.append(f"  escalations (margin)       {h['escalated']}; routers promoted "
                      f"{sum(1 for t in r['trained'] if t.get('status') == 'active')} of "
-                     f"{len(r['trained'])} versions trained")
+                     f"{len(r['trained'])} versions trained"
+                     + (f" in the measured month ({sum(1 for t in r['trained_prior'] if t.get('status') == 'active')}"
+                        f" of {len(r['trained_prior'])} with the prior months; training paused the "
+                        f"prior months' clock {r['paused_prior_s']:.0f} s)" if r.get("prior_months") else ""))
         lines += verdict(h, r, frontier)
         if r.get("flywheel"):
             lines += [""] + r["flywheel"]
-    lines += ["", "Ablation: the same month, each stage off (own tenants, cold start), from the ledger:",
+    start = f"after {k} prior month(s)" if k else "cold start"
+    lines += ["", f"Ablation: the same month, each stage off (own tenants, {start}), from the ledger:",
               f"  {'variant':<11} {'rows':>5} {'cost':>12} {'cut':>7} {'rel.q':>7} "
               f"{'cache':>6} {'T1':>6} {'T2':>6} {'T3':>6} {'$/1k':>10} {'p50 ms':>7} "
               f"{'p95 ms':>7} {'wall s':>6}"]
@@ -374,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-model", default="smollm2",
                     help="what the tier 1-2 engines serve (the test: a tiny random Llama)")
     ap.add_argument("--out", default="", help="also write the report here after each variant")
+    ap.add_argument("--prior-months", type=int, default=0,
+                    help="months replayed first through each variant's tenants (steady state: "
+                         "flywheel, routers and caches carry over); figures from the last only")
     ap.add_argument("--distill-min-traces", type=int, default=flywheel.DISTILL_MIN_TRACES,
                     help="full_adapters: the tenants' distill_min_traces (scaled)")
     ap.add_argument("--train-budget-s", type=float, default=flywheel.TRAIN_BUDGET_S,
@@ -398,15 +454,20 @@ def run(args, *, keep_stack: bool = False) -> dict:
     flywheel.TRAIN_BUDGET_S = getattr(args, "train_budget_s", flywheel.TRAIN_BUDGET_S)
     VARIANTS["full_adapters"][0]["distill_min_traces"] = flywheel.DISTILL_MIN_TRACES
     month = traffic.generate(args.n, args.seed)
-    for r in month.requests:     # the previous turn's text: the frontier's context key
-        r.setdefault("prev_user", "")
-    prev: dict[str, str] = {}
-    for r in month.requests:
-        if r["session"] and r.get("repeat") == "new":
-            r["prev_user"] = prev.get(r["session"], "")
-            prev[r["session"]] = r["user"]
+    # prior months: the same tenants and workflows, other documents and tickets (own seeds)
+    prior = [traffic.generate(args.n, args.seed + 1000 * (k + 1))
+             for k in range(getattr(args, "prior_months", 0))]
+    for m in prior + [month]:
+        for r in m.requests:     # the previous turn's text: the frontier's context key
+            r.setdefault("prev_user", "")
+        prev: dict[str, str] = {}
+        for r in m.requests:
+            if r["session"] and r.get("repeat") == "new":
+                r["prev_user"] = prev.get(r["session"], "")
+                prev[r["session"]] = r["user"]
     adapters = "full_adapters" in args.variants.split(",")
-    stack = Stack(gold_entries(month), args.t1_replicas, args.t2_replicas,
+    gold = [e for m in prior + [month] for e in gold_entries(m)]
+    stack = Stack(gold, args.t1_replicas, args.t2_replicas,
                   engine_model=args.engine_model,
                   gateway_overrides=OFFPATH_CAPS if adapters else None)
     try:
@@ -417,8 +478,8 @@ def run(args, *, keep_stack: bool = False) -> dict:
         for name in args.variants.split(","):
             res = replay_variant(stack, month, name, args.conc,
                                  log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
-                                 checkpoint_h=args.checkpoint_h)
-            res["headline"] = headline(res["tenant_ids"])
+                                 checkpoint_h=args.checkpoint_h, prior=prior)
+            res["headline"] = headline(res["tenant_ids"], since=res["since"])
             results.append(res)
             print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "
                   f"{res['wall_s']:.0f} s", flush=True)
@@ -428,7 +489,8 @@ def run(args, *, keep_stack: bool = False) -> dict:
                 screenshot(stack, PERIOD, args.screenshot)
             by_name = {r["name"]: r for r in results}
             src = "no_routing" if "no_routing" in by_name else results[0]["name"]
-            frontier = {**frontier_pass_rate(by_name[src]["tenant_ids"]), "source": src}
+            frontier = {**frontier_pass_rate(by_name[src]["tenant_ids"],
+                                             since=by_name[src]["since"]), "source": src}
             text = report(month, results, args, frontier)
             if args.screenshot and "full" in by_name:
                 text += f"\n\nFinOps page of the replayed month (full variant): {args.screenshot}"

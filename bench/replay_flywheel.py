@@ -60,7 +60,7 @@ TRAIN_BUDGET_S = 1500.0
 
 class Flywheel:
     def __init__(self, stack, tenant_ids: dict[str, int], log=print,
-                 skip: dict[str, str] | None = None):
+                 skip: dict[str, str] | None = None, prior_months: int = 0):
         self.stack = stack
         self.tenant_ids = tenant_ids            # tenant spec name -> id
         self.names = {v: k for k, v in tenant_ids.items()}
@@ -69,10 +69,22 @@ class Flywheel:
         self.paused_s = 0.0
         self.events: list[str] = []
         self.records: dict[tuple[int, str], dict[str, Any]] = {}
+        self.prior_months = prior_months
+        self.measured_h = 0            # month-hour the measured month starts (prior months)
+        self.since = None              # wall time it started: the report's rows from then
+
+    def mark_measured(self, hour: int) -> None:
+        from datetime import datetime, timezone
+        self.measured_h = hour
+        self.since = datetime.now(timezone.utc)
+        self._say(hour, "the measured month starts (the months before: the flywheel's "
+                        "prior months, not in the figures)")
 
     # --- helpers ------------------------------------------------------------------
     def _say(self, hour: int, text: str) -> None:
-        line = f"day {hour / 24:4.1f}: {text}"
+        month, h = divmod(hour, 720)
+        line = (f"month {month + 1} day {h / 24:4.1f}: {text}" if self.prior_months
+                else f"day {hour / 24:4.1f}: {text}")
         self.events.append(line)
         self.log(f"  [flywheel] {line}")
 
@@ -237,9 +249,13 @@ class Flywheel:
                  f"{self.paused_s:.0f} s for training (budget {TRAIN_BUDGET_S:.0f} s)",
                  f"  {'tenant/workflow':<36} {'req':>4} {'traces':>6} {'offline lora/base':>17} "
                  f"{'shadow agreed':>13} {'adapter':>10} {'router':>22} {'T1 rows':>7} {'T1 pass':>7}"]
+        since = [L.at >= self.since] if self.since is not None else []
+        if self.since is not None:
+            lines.insert(1, f"  (req and T1 columns: the measured month; the rest: since the "
+                            f"first of the {self.prior_months} prior month(s))")
         pairs = db.session.execute(
             sa.select(L.tenant_id, L.workflow, sa.func.count())
-            .where(L.tenant_id.in_(list(self.names)), L.kind == "request")
+            .where(L.tenant_id.in_(list(self.names)), L.kind == "request", *since)
             .group_by(L.tenant_id, L.workflow)).all()
         for tenant_id, workflow, n_req in sorted(pairs, key=lambda p: (self.names[p[0]], p[1] or "")):
             if not workflow:
@@ -267,7 +283,7 @@ class Flywheel:
                 router = f"v{active.version}/{len(versions)} " + (
                     "frontier only" if fo else f"τ1 {float(taus.get('1', 1)):.2f}")
             t1 = db.session.execute(sa.select(L.payload).where(
-                L.tenant_id == tenant_id, L.workflow == workflow, L.kind == "request",
+                L.tenant_id == tenant_id, L.workflow == workflow, L.kind == "request", *since,
                 L.tier == "tier-1", L.cache == "miss")).all()
             verdicts = [((p or {}).get("feedback") or {}).get("pass") for (p,) in t1]
             judged = [v for v in verdicts if isinstance(v, bool)]
@@ -279,7 +295,7 @@ class Flywheel:
             if "skipped" in rec:
                 lines.append(f"      not trained: {rec['skipped']}")
             elif a is None:
-                lines.append(f"      not trained: {traces} usable traces in the month, "
+                lines.append(f"      not trained: {traces} usable traces, "
                              f"{need} needed (distill_min_traces)")
             elif a.state == "shadow":
                 thr = float(effective_policy(tenant_id)["shadow_concordance"])

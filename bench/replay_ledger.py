@@ -57,19 +57,24 @@ def _stages_from_rows(rows, tiers: dict[str, Any]) -> dict[str, Decimal]:
     return out
 
 
-def headline(tenant_ids: list[int]) -> dict[str, Any]:
+def _since(L, since: datetime | None):
+    """Rows of the measured month only (a replay with prior months): booked at or after it."""
+    return sa.true() if since is None else L.at >= since
+
+
+def headline(tenant_ids: list[int], since: datetime | None = None) -> dict[str, Any]:
     from app.catalog.models import Tier
     from app.extensions import db
     L = _entries()
     db.session.expire_all()
-    mine = sa.and_(L.tenant_id.in_(tenant_ids), L.kind == "request")
+    mine = sa.and_(L.tenant_id.in_(tenant_ids), L.kind == "request", _since(L, since))
     rows = list(db.session.scalars(sa.select(L).where(mine)))
     n = len(rows)
     cost = sum((r.cost_usd for r in rows), Decimal(0))
     baseline = sum((r.baseline_cost_usd for r in rows), Decimal(0))
     shadow_cost, shadow_rows = db.session.execute(sa.select(
         sa.func.coalesce(sa.func.sum(L.cost_usd), 0), sa.func.count())
-        .where(L.tenant_id.in_(tenant_ids), L.kind == "shadow")).one()
+        .where(L.tenant_id.in_(tenant_ids), L.kind == "shadow", _since(L, since))).one()
     mix: dict[str, int] = {}
     for r in rows:
         k = f"cache {r.cache}" if r.cache != "miss" else (r.tier or "failed")
@@ -119,11 +124,11 @@ def headline(tenant_ids: list[int]) -> dict[str, Any]:
             "escalated": sum(1 for r in rows if r.escalated)}
 
 
-def frontier_pass_rate(tenant_ids: list[int]) -> dict[str, Any]:
+def frontier_pass_rate(tenant_ids: list[int], since: datetime | None = None) -> dict[str, Any]:
     """Validator pass rate of the rows the frontier tier served (cache misses)."""
     from app.extensions import db
     L = _entries()
-    rows = db.session.scalars(sa.select(L).where(L.tenant_id.in_(tenant_ids),
+    rows = db.session.scalars(sa.select(L).where(L.tenant_id.in_(tenant_ids), _since(L, since),
                                                  L.kind == "request", L.cache == "miss",
                                                  L.tier == "tier-3"))
     verdicts = [v for v in (_passed(r.payload) for r in rows) if v is not None]

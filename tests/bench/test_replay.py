@@ -1,6 +1,7 @@
 """bench/replay.py at a tiny size: a few requests of the generated month through the real
 stack (gateway, worker, reference engines serving a tiny random Llama, the gold frontier),
-and the headline read back from the ledger."""
+after one prior month through the same tenants (steady state), and the headline read back
+from the ledger rows of the measured month only."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,8 @@ def replay(tmp_path_factory):
     model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
     args = argparse.Namespace(
         n=14, seed=3, variants="full", conc=4, t1_replicas=1, t2_replicas=1, screenshot="",
-        keep=False, warmup_h=24 * 12, checkpoint_h=72, out="", engine_model=str(model))
+        keep=False, warmup_h=24 * 12, checkpoint_h=72, out="", engine_model=str(model),
+        prior_months=1)
     result = bench.run(args, keep_stack=True)
     try:
         yield result
@@ -31,12 +33,31 @@ def replay(tmp_path_factory):
 
 
 def test_every_request_sent_is_one_ledger_row(replay):
+    import sqlalchemy as sa
+    from replay_ledger import count_rows, headline
+    from app.extensions import db
+    from app.ledger.models import LedgerEntry as L
     (res,) = replay["results"]
     sent = [s for s in res["sent"] if s["status"] == 200]
     assert len(sent) == len(res["sent"]) == len(replay["month"].requests)
     assert res["ledger_rows"] == len(sent) == res["headline"]["rows"]
-    # both warm-up (frontier-first) and after it (tier 2 without a router) were served
-    assert {"frontier_first", "no_router"} <= set(res["headline"]["phases"])
+    # the prior month went through the same tenants and is in the ledger, not in the figures
+    total, _ = count_rows(res["tenant_ids"])
+    assert res["prior_months"] == 1 and total > len(sent)
+    assert headline(res["tenant_ids"])["rows"] == total
+    measured = set(db.session.scalars(sa.select(L.request_id).where(
+        L.tenant_id.in_(res["tenant_ids"]), L.kind == "request", L.at >= res["since"])))
+    assert measured == {s["rid"] for s in sent}
+    # the warm-up (frontier-first) ended in the prior month: in the measured month only a
+    # workflow the prior month never sent is new; the others are past it (tier 2, no router)
+    rows = db.session.execute(sa.select(L.tenant_id, L.workflow, L.at, L.payload).where(
+        L.tenant_id.in_(res["tenant_ids"]), L.kind == "request", L.cache == "miss")).all()
+    reason = lambda p: ((p or {}).get("caching_and_routing_decision") or {}).get("route_reason")
+    seen_before = {(t, w) for t, w, at, _ in rows if at < res["since"]}
+    after = [((t, w) in seen_before, reason(p)) for t, w, at, p in rows if at >= res["since"]]
+    assert any(reason(p) == "frontier_first" for _, _, at, p in rows if at < res["since"])
+    assert ("frontier_first" in {r for seen, r in after if seen}) is False
+    assert (True, "no_router") in after
 
 
 def test_headline_is_read_from_the_ledger(replay):
@@ -47,17 +68,19 @@ def test_headline_is_read_from_the_ledger(replay):
     (res,) = replay["results"]
     ids = res["tenant_ids"]
     h = res["headline"]
+    since = res["since"]
     cost, base = db.session.execute(sa.select(sa.func.sum(L.cost_usd), sa.func.sum(
-        L.baseline_cost_usd)).where(L.tenant_id.in_(ids), L.kind == "request")).one()
-    assert (h["cost"], h["baseline"]) == (cost, base) and base > cost
+        L.baseline_cost_usd)).where(L.tenant_id.in_(ids), L.kind == "request",
+                                    L.at >= since)).one()
+    assert (h["cost"], h["baseline"]) == (cost, base) and base > 0
     assert sum(h["stages"].values(), Decimal(0)) == base - cost   # stages add up to the cent
     # change the ledger and the headline follows: one frontier row becomes free
-    row = db.session.scalars(sa.select(L).where(L.tenant_id.in_(ids), L.tier == "tier-3")
-                             .limit(1)).one()
+    row = db.session.scalars(sa.select(L).where(L.tenant_id.in_(ids), L.tier == "tier-3",
+                                                L.at >= since).limit(1)).one()
     old = row.cost_usd
     row.cost_usd = Decimal(0)
     db.session.commit()
-    assert headline(ids)["cost"] == h["cost"] - old
+    assert headline(ids, since=since)["cost"] == h["cost"] - old
     # the verdicts are the feedback the client sent, as the drain wrote them on the rows
     judged = sum(1 for s in res["sent"] if s.get("feedback") == 202)
     assert h["judged"] == judged > 0
