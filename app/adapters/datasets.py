@@ -42,6 +42,8 @@ def _line(trace: AdapterTrace, split: str, form: Callable[[dict], dict] | None =
           ) -> bytes:
     record = {"request_id": trace.request_id, "split": split, "messages": trace.messages,
               "response_format": trace.response_format, "answer": trace.answer}
+    if trace.max_tokens:
+        record["max_tokens"] = trace.max_tokens
     return json.dumps(form(record) if form is not None else record, sort_keys=True,
                       ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 

@@ -3,8 +3,9 @@
 The base model and base + adapter each answer every held-out prompt in-process
 (transformers + peft, the chat template training used, greedy, left-padded batches of
 ``ADAPTERS_EVAL_BATCH``). A sample's budget is twice the reference answer's tokens plus
-16, at most ``ADAPTERS_EVAL_MAX_NEW_TOKENS``, so a rambling model is cut where a correct
-answer would long have ended.
+16, at most ``ADAPTERS_EVAL_MAX_NEW_TOKENS`` and at most the request's own ``max_tokens``
+(recorded with the trace), so a rambling model is cut where a correct answer would long
+have ended, and an answer the live path would cut is cut here too.
 
 Concordance with the frontier's answer (``app.core.concordance``): for a request that
 asked for JSON (``response_format`` json_object / json_schema), per-field exact match
@@ -66,6 +67,15 @@ def metric_of(record: dict) -> str:
         else conc.TEXT_F1
 
 
+def sample_budget(tok, record: dict, cap: int) -> int:
+    """New tokens a held-out sample may take: twice the reference's plus 16, at most
+    ``cap``, and never more than the request's own ``max_tokens`` (the live path stops
+    there: an answer that needs more is cut, and fails, on tier 1 too)."""
+    out = min(cap, 2 * len(tok.encode(record["answer"], add_special_tokens=False)) + 16)
+    own = record.get("max_tokens")
+    return min(out, own) if isinstance(own, int) and own > 0 else out
+
+
 def generate(tok, model, records: list[dict], *, cap: int, batch: int
              ) -> tuple[list[str], list[int], float]:
     """(answers, generated token counts, seconds) for ``records``' prompts."""
@@ -76,8 +86,7 @@ def generate(tok, model, records: list[dict], *, cap: int, batch: int
     eos = {tok.eos_token_id, tok.pad_token_id}
     for i in range(0, len(records), batch):
         chunk = records[i:i + batch]
-        budgets = [min(cap, 2 * len(tok.encode(r["answer"], add_special_tokens=False)) + 16)
-                   for r in chunk]
+        budgets = [sample_budget(tok, r, cap) for r in chunk]
         enc = tok([chat_prompt(tok, r["messages"]) for r in chunk], add_special_tokens=False,
                   padding=True, return_tensors="pt").to(model.device)
         with torch.no_grad():

@@ -25,6 +25,9 @@ class AdapterTrace(db.Model):
     response_format: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     answer: Mapped[str] = mapped_column(Text, default="")
     verdict: Mapped[str | None] = mapped_column(String(8), nullable=True)  # pass | fail
+    # the client's output cap: the offline evaluation gives the adapter no more than the
+    # live path would (an answer cut at max_tokens fails there too)
+    max_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class TrainingDataset(db.Model):

@@ -43,7 +43,12 @@ def row_from_event(ev: dict[str, Any]) -> dict[str, Any]:
             "at": datetime.fromisoformat(ev["at"]) if ev.get("at") else utcnow(),
             "messages": scrub_messages(messages),
             "response_format": rf if isinstance(rf, dict) else None,
-            "answer": scrub(str(ev["answer"]))}
+            "answer": scrub(str(ev["answer"])),
+            "max_tokens": _budget(ev.get("max_tokens"))}
+
+
+def _budget(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 2 ** 31 else None
 
 
 def _insert_ignore(rows: list[dict]) -> int:

@@ -35,6 +35,7 @@ class TraceEvent(TypedDict):
     messages: list[dict]        # the client's messages, scrubbed
     response_format: dict | None
     answer: str                 # the answer's text, scrubbed
+    max_tokens: int | None      # the client's output budget (max_tokens / max_completion_tokens)
 
 
 # --- the scrubber (pure; app.adapters.traces re-exports it) -----------------------------
@@ -136,7 +137,17 @@ def trace_event(ctx: RequestContext) -> TraceEvent:
             "tier": ctx.tier.get("name", ""),
             "messages": scrub_messages(ctx.body.get("messages") or []),
             "response_format": rf if isinstance(rf, dict) else None,
-            "answer": scrub(_answer(ctx) or "")}
+            "answer": scrub(_answer(ctx) or ""),
+            "max_tokens": output_budget(ctx.body)}
+
+
+def output_budget(body: dict) -> int | None:
+    """The request's own output cap, None when it set none (or set nonsense)."""
+    for name in ("max_completion_tokens", "max_tokens"):
+        v = body.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
 
 
 async def capture(ctx: RequestContext) -> None:

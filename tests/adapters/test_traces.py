@@ -57,6 +57,14 @@ def test_drain_is_idempotent_and_drops_malformed_entries(app, redis_client):
     rows = {t.request_id: t for t in db.session.scalars(db.select(AdapterTrace))}
     assert set(rows) == {"req_t1", "req_t2"}
     assert rows["req_t1"].answer == "done" and rows["req_t2"].answer == "done"
+    assert rows["req_t1"].max_tokens is None   # an event without one (older gateways)
+    redis_client.xadd(stream, {"e": orjson.dumps(_event("req_t4", 7, max_tokens=64))})
+    redis_client.xadd(stream, {"e": orjson.dumps(_event("req_t5", 7, max_tokens="lots"))})
+    assert drain_traces() == 2
+    assert db.session.get(AdapterTrace, db.session.scalar(db.select(AdapterTrace.id).where(
+        AdapterTrace.request_id == "req_t4"))).max_tokens == 64
+    assert db.session.scalar(db.select(AdapterTrace.max_tokens).where(
+        AdapterTrace.request_id == "req_t5")) is None
     # the drain scrubs again: a writer that skipped the scrubber leaks nothing
     assert rows["req_t1"].messages == [{"role": "user", "content": "mail [EMAIL]"}]
     assert redis_client.xlen(stream) == 0   # acked and deleted after the commit
@@ -78,7 +86,8 @@ def _trace(rid: str) -> AdapterTrace | None:
 
 def test_frontier_answers_of_a_workflow_become_scrubbed_traces(world):
     client = world.client()
-    frontier = client.chat.completions.with_raw_response.create(model="tier-3", messages=[
+    frontier = client.chat.completions.with_raw_response.create(model="tier-3", max_tokens=48,
+                                                                messages=[
         SYSTEM, {"role": "user", "content": "Order A1 for carol@example.org, 2 bolts"}])
     small = client.chat.completions.with_raw_response.create(model="tier-1", messages=[
         SYSTEM, {"role": "user", "content": "Order A2 for dan@example.org, 1 bolt"}])
@@ -90,6 +99,7 @@ def test_frontier_answers_of_a_workflow_become_scrubbed_traces(world):
     assert trace.messages[1]["content"] == "Order A1 for [EMAIL], 2 bolts"
     assert "carol@" not in trace.answer and "[EMAIL]" in trace.answer  # the fake echoes
     assert trace.verdict is None
+    assert trace.max_tokens == 48    # the client's cap: the offline evaluation's too
     # tier 1 is not the frontier: no trace
     world.wait_ledger(2)
     assert _trace(small.headers["x-sluice-request-id"]) is None

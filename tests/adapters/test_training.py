@@ -310,3 +310,32 @@ def test_cost_per_1k_before_comes_from_the_ledger_and_after_from_the_adapters_ti
     cost = training.cost_per_1k(adapter, offline)
     assert cost["cost_per_1k_before"] == "0.413667"   # (0.00123 + 0.000011) / 3 x 1000
     assert cost["cost_before_source"].startswith("ledger: 3 requests")
+
+
+def test_offline_budget_never_exceeds_the_requests_own_max_tokens():
+    """The offline evaluation cuts an answer where the live path would: at the request's
+    max_tokens, below twice the reference plus 16 and the cap."""
+    from app.adapters.evaluation import sample_budget as budget
+
+    class Words:     # a tokenizer of whitespace words
+        def encode(self, text, add_special_tokens=False):
+            return text.split()
+    ref = {"answer": " ".join(["w"] * 30)}
+    assert budget(Words(), ref, 256) == 76                          # 2 * 30 + 16
+    assert budget(Words(), ref, 50) == 50                           # the cap
+    assert budget(Words(), {**ref, "max_tokens": 40}, 256) == 40    # the request's own
+    assert budget(Words(), {**ref, "max_tokens": 500}, 256) == 76
+
+
+def test_frozen_records_carry_the_traces_max_tokens(app, adapters_dir, tiny_model):
+    tenant, _, _ = make_setup(tiny_model, n_traces=12)
+    traces = list(db.session.scalars(db.select(AdapterTrace).where(
+        AdapterTrace.tenant_id == tenant.id)))
+    traces[0].max_tokens = 64
+    db.session.commit()
+    ds = freeze_dataset(tenant.id, WORKFLOW, min_traces=10)
+    db.session.commit()
+    train, heldout = read_dataset(ds)
+    got = {r["request_id"]: r.get("max_tokens") for r in train + heldout}
+    assert got[traces[0].request_id] == 64
+    assert sum(v is None for v in got.values()) == len(got) - 1
