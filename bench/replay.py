@@ -231,6 +231,7 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
     end_h = traffic.MONTH_DAYS * 24
     sent_before = judged_before = 0
     since = None
+    sent_prior: list[list[dict]] = []
     for m_i, this in enumerate(months):
         measured = m_i == len(months) - 1
         if measured and prior:
@@ -268,6 +269,7 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                     f"{time.perf_counter() - t0:.0f} s")
         trained += trained_here
         if not measured:
+            sent_prior.append(sent)
             sent_before += len(sent)
             judged_before += sum(1 for s in sent if s.get("feedback") == 202)
     wall = time.perf_counter() - t0
@@ -275,7 +277,7 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                              judged_before + sum(1 for s in sent if s.get("feedback") == 202))
     return {"name": name, "tenant_ids": ids, "sent": sent, "wall_s": wall,
             "trained": trained_here if prior else trained, "trained_prior": trained,
-            "since": since, "prior_months": len(prior or ()),
+            "since": since, "prior_months": len(prior or ()), "sent_prior": sent_prior,
             "ledger_rows": rows - sent_before,
             "flywheel": wheel.report() if wheel is not None else None,
             "paused_s": wheel.paused_s - paused0 if wheel is not None else 0.0,
@@ -475,7 +477,9 @@ def run(args, *, keep_stack: bool = False) -> dict:
         print(f"stack up: gateway {stack.gateway_url}, {len(stack.engine_urls)} engines, "
               f"db {stack.db_name}", flush=True)
         results = []
-        for name in args.variants.split(","):
+        names = args.variants.split(",")
+        shot_of = next((n for n in HEADLINED if n in names), names[0])   # the page's variant
+        for name in names:
             res = replay_variant(stack, month, name, args.conc,
                                  log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
                                  checkpoint_h=args.checkpoint_h, prior=prior)
@@ -483,17 +487,23 @@ def run(args, *, keep_stack: bool = False) -> dict:
             results.append(res)
             print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "
                   f"{res['wall_s']:.0f} s", flush=True)
-            if name == "full" and args.screenshot:
+            if name == shot_of and args.screenshot:
                 from replay_console import screenshot
-                restamp(res["sent"], MONTH_START)   # after its headline: month view only
+                # after its headline: the console's month view only; prior months go to
+                # the months before (the 12-month view shows them)
+                restamp(res["sent"], MONTH_START)
+                for i, earlier in enumerate(res["sent_prior"]):
+                    restamp(earlier, MONTH_START - timedelta(
+                        days=traffic.MONTH_DAYS * (len(res["sent_prior"]) - i)))
                 screenshot(stack, PERIOD, args.screenshot)
             by_name = {r["name"]: r for r in results}
             src = "no_routing" if "no_routing" in by_name else results[0]["name"]
             frontier = {**frontier_pass_rate(by_name[src]["tenant_ids"],
                                              since=by_name[src]["since"]), "source": src}
             text = report(month, results, args, frontier)
-            if args.screenshot and "full" in by_name:
-                text += f"\n\nFinOps page of the replayed month (full variant): {args.screenshot}"
+            if args.screenshot and shot_of in by_name:
+                text += (f"\n\nFinOps page of the replayed month ({shot_of} variant): "
+                         f"{args.screenshot}")
             if args.out:
                 Path(args.out).write_text(text + "\n")
         return {"text": text, "results": results, "frontier": frontier, "month": month,

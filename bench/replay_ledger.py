@@ -147,8 +147,8 @@ def count_rows(tenant_ids: list[int]) -> tuple[int, int]:
 
 def restamp(sent: list[dict], month_start: datetime) -> int:
     """Put the replayed rows at their month time (the replay ran in minutes): each request
-    row, and its off-path exploration row a second later. Only for the console's month
-    view; the headline is computed before."""
+    row, and its off-path exploration and adapter shadow rows a second later. Only for the
+    console's month view; the headline is computed before."""
     from app.extensions import db
     L = _entries()
     n = 0
@@ -157,7 +157,7 @@ def restamp(sent: list[dict], month_start: datetime) -> int:
             continue
         at = month_start + timedelta(seconds=s["at"])
         n += db.session.execute(sa.update(L).where(L.request_id == s["rid"]).values(at=at)).rowcount
-        db.session.execute(sa.update(L).where(L.request_id == f"{s['rid']}-explore")
-                           .values(at=at + timedelta(seconds=1)))
+        db.session.execute(sa.update(L).where(L.request_id.in_(
+            [f"{s['rid']}-explore", f"{s['rid']}-shadow"])).values(at=at + timedelta(seconds=1)))
     db.session.commit()
     return n
