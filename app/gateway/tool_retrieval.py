@@ -325,3 +325,78 @@ def full_set_body(ctx: RequestContext) -> dict:
     info["dropped"], info["stubbed"], info["saved_tokens"] = [], [], 0
     info["sent"] = info.get("offered", info.get("sent"))
     return ctx.body
+
+
+# --- a streamed answer that calls a tool ----------------------------------------------
+MAX_HELD_TOOL_BYTES = 256 * 1024   # past this the stream is released as it is
+
+
+def hold_applies(ctx: RequestContext) -> bool:
+    """A streamed request whose tools retrieval trimmed and that has not been retried."""
+    info = ctx.telemetry.get("tools") or {}
+    return bool(ctx.stream and (info.get("dropped") or info.get("stubbed"))
+                and not info.get("retries"))
+
+
+async def hold_tool_calls(ctx: RequestContext, resp) -> bool:
+    """Read the open stream (from ``ctx.first_chunk``, then ``resp.sluice_iter``) while it
+    is a tool call, before any byte reaches the client: an agent acts on a call only once
+    it is whole, so holding it costs the client nothing. At the first text the stream is
+    released as it is; a whole tool call is judged by ``needs_full_set``. True: the call
+    needs the full set (the upstream is closed, ``ctx.usage`` has the attempt's usage) and
+    the caller sends the request again, as S05 does for a complete answer; False:
+    ``ctx.first_chunk`` holds every byte read and the relay sends it first.
+    A failure while holding is an UpstreamError: nothing reached the client."""
+    from app.contract.cache.replay import assemble_stream
+    from app.gateway import http1
+    from app.gateway.upstream import UpstreamError
+    read = [ctx.first_chunk or b""]
+    buf, size = read[0], len(read[0])
+    chunks: list[dict] = []
+    it = resp.sluice_iter
+    try:
+        while True:
+            events = buf.replace(b"\r\n", b"\n").split(b"\n\n")
+            buf = events.pop()
+            for ev in events:
+                if not ev.startswith(b"data:"):
+                    continue
+                payload = ev[5:].strip()
+                if payload == b"[DONE]":
+                    continue
+                try:
+                    data = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    data = None
+                if not isinstance(data, dict):
+                    ctx.first_chunk = b"".join(read)   # the relay reports it
+                    return False
+                if isinstance(data.get("usage"), dict) and data["usage"]:
+                    ctx.usage = data["usage"]
+                for ch in data.get("choices") or ():
+                    content = ((ch or {}).get("delta") or {}).get("content")
+                    if isinstance(content, str) and content:
+                        ctx.first_chunk = b"".join(read)   # text: not a held tool call
+                        return False
+                chunks.append(data)
+            if size > MAX_HELD_TOOL_BYTES:
+                ctx.first_chunk = b"".join(read)
+                return False
+            try:
+                more = await it.__anext__()
+            except StopAsyncIteration:
+                break
+            read.append(more)
+            size += len(more)
+            buf += more
+    except http1.Timeout as exc:
+        await resp.aclose()
+        raise UpstreamError(f"upstream timed out while held: {exc}", kind="timeout") from exc
+    except (http1.HTTPClientError, OSError) as exc:
+        await resp.aclose()
+        raise UpstreamError(f"upstream failed while held: {exc}", kind="protocol") from exc
+    ctx.first_chunk = b"".join(read)
+    if not needs_full_set(ctx, assemble_stream(chunks)):
+        return False
+    await resp.aclose()
+    return True

@@ -6,7 +6,7 @@ streaming with usage, logprobs, and directives in the last user message:
 content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
 (seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...);
 ``[[json:1]]`` (not streamed) answer JSON under the schema sent (``schema_answer``);
-``[[call-tool:NAME]]`` in any message (not streamed) answer with a call to tool NAME, sent
+``[[call-tool:NAME]]`` in any message (streamed too: the call in deltas) answer with a call to tool NAME, sent
 or not, as a frontier model that saw the tool earlier in the conversation might, with
 arguments ``{}`` (``[[call-tool:NAME {"city": "Oslo"}]]``: those arguments).
 
@@ -170,6 +170,27 @@ def create_fake(name: str = "fake") -> Starlette:
         if ctl.get("garbage") and body.get("stream"):
             return StreamingResponse(garbage(ctl["garbage"]), media_type="text/event-stream",
                                      headers=headers)
+
+        async def tool_gen():
+            name, args = called.group(1), called.group(2) or "{}"
+            stats["last_tools"] = sorted(t["function"]["name"] for t in body.get("tools") or [])
+            yield chunk({"role": "assistant", "content": None})
+            yield chunk({"tool_calls": [{"index": 0, "id": f"call_{stats['requests']}",
+                                         "type": "function",
+                                         "function": {"name": name, "arguments": ""}}]})
+            half = len(args) // 2
+            for piece in (args[:half], args[half:]):
+                yield chunk({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]})
+            yield chunk({}, finish_reason="tool_calls")
+            if include_usage:
+                yield b"data: " + orjson.dumps({"id": cid, "object": "chat.completion.chunk",
+                                                "created": created, "model": model,
+                                                "choices": [], "usage": usage}) + b"\n\n"
+            yield b"data: [DONE]\n\n"
+            stats["streams_finished"] += 1
+
+        if called:
+            return StreamingResponse(tool_gen(), media_type="text/event-stream", headers=headers)
 
         async def gen():
             sent, done = 0, False

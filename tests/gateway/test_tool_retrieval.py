@@ -205,3 +205,58 @@ def test_a_conversation_does_not_learn_from_its_own_earlier_turns():
     assert memory.co_called(key, other_than="fly to Rome") == {}
     assert memory.co_called(key) == {"search_flights": {"book_flight": 1},
                                      "book_flight": {"search_flights": 1}}
+
+
+def _streamed_call(client, messages) -> tuple[str, str, list[str]]:
+    """(tool name, arguments, finish reasons) of a streamed answer, as the SDK reads it."""
+    name, args, finish = "", "", []
+    for ev in client.chat.completions.create(model="tier-1", tools=TOOLS, temperature=0,
+                                             messages=messages, stream=True):
+        for ch in ev.choices:
+            for tc in ch.delta.tool_calls or ():
+                name += (tc.function.name or "") if tc.function else ""
+                args += (tc.function.arguments or "") if tc.function else ""
+            if ch.finish_reason:
+                finish.append(ch.finish_reason)
+    return name, args, finish
+
+
+def test_a_streamed_call_to_an_unsent_or_misfit_tool_is_retried_before_the_client_sees_it(
+        app, gateway, fake_replicas, frontier):
+    """Streamed, a tool call is held until it is whole (an agent cannot act on half a
+    call): a call to an unsent tool goes again with every tool, a stub called with
+    arguments its schema rejects with its full definition, and a good call passes as the
+    engine wrote it; text streams through unheld."""
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=STUB_POLICY)
+    client = w.client()
+    ask = {"role": "user", "content": "Will it rain in Paris tomorrow?"}
+    name, args, finish = _streamed_call(client, [
+        {"role": "system", "content": "[[call-tool:play_music]]"}, ask])
+    assert (name, args, finish) == ("play_music", "{}", ["tool_calls"])
+    assert len(_sent(fake_replicas[0])) == 12   # the retry carried every tool
+    row = w.drain_rows(1)[0]
+    info = row.payload["pipeline"]["tools"]
+    assert row.tool_retries == 1 and info["unsent_call"] == "play_music"
+    assert [a["reason"] for a in row.payload["attempts"]] == ["tool_retry"]
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+
+    text = "".join(ev.choices[0].delta.content or "" for ev in client.chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0, messages=[ask], stream=True)
+        if ev.choices)
+    assert text   # an answer in text passes through the hold
+    stub = w.drain_rows(2)[1].payload["pipeline"]["tools"]["stubbed"][0]
+    name, args, finish = _streamed_call(client, [
+        {"role": "system", "content": f'[[call-tool:{stub} {{"query": "x"}}]]'}, ask])
+    assert (name, args) == (stub, '{"query": "x"}')
+    row = w.drain_rows(3)[2]
+    assert row.tool_retries == 0 and row.payload.get("attempts", []) == []
+    name, args, finish = _streamed_call(client, [
+        {"role": "system", "content": f"[[call-tool:{stub}]]"}, ask])
+    assert name == stub and finish == ["tool_calls"]
+    again = {t["function"]["name"]: t for t in httpx.get(
+        fake_replicas[0].url + "/stats").json()["last_body"]["tools"]}
+    assert again[stub] == next(t for t in TOOLS if t["function"]["name"] == stub)
+    row = w.drain_rows(4)[3]
+    info = row.payload["pipeline"]["tools"]
+    assert row.tool_retries == 1 and info["stub_call"] == stub
+    assert [a["reason"] for a in row.payload["attempts"]] == ["tool_retry"]

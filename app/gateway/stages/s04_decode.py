@@ -6,18 +6,21 @@ A non-retryable upstream answer (a 4xx about the request) is relayed as is.
 On tier 1, the body names the request's LoRA adapter when the replica loaded it
 (``app.gateway.adapters``; ``ctx.adapter``). A routed tier-1/2 attempt is also judged
 on its logprob margin (``s04_margin``); a low margin books the attempt and goes to
-S04_MARGIN_ESCALATE (the next tier up, then S03)."""
+S04_MARGIN_ESCALATE (the next tier up, then S03). A streamed answer of a request whose tools retrieval trimmed
+is held while it is a tool call (``tool_retrieval.hold_tool_calls``), and sent again with
+the full set when the call needs it, before any byte reaches the client."""
 from __future__ import annotations
 
 import logging
 
 from app.gateway.context import RequestContext
 from app.gateway.errors import GatewayError
-from app.gateway import adapters, replicas, shadow, traces
+from app.gateway import adapters, replicas, shadow, tool_retrieval, traces
 from app.gateway.stages import s04_margin
 from app.gateway.upstream import UpstreamError, chat_url, upstream_request_headers
 
 log = logging.getLogger(__name__)
+TOOL_RETRY = "tool_retry"   # _attempt: a held streamed tool call needs the full tool set
 
 
 def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
@@ -60,10 +63,14 @@ async def _attempt(ctx: RequestContext) -> str:
     if ctx.stream:
         ctx.upstream_response = resp
         ctx.first_chunk = resp.sluice_first
-        if not watch:
-            return s04_margin.PASS
-        decision = await s04_margin.hold_stream(ctx, resp, s04_margin.monitor(ctx), body)
-        ctx.ttft_ms = ctx.elapsed_ms()  # the client's first byte waits for the decision
+        decision = s04_margin.PASS
+        if watch:
+            decision = await s04_margin.hold_stream(ctx, resp, s04_margin.monitor(ctx), body)
+            ctx.ttft_ms = ctx.elapsed_ms()  # the client's first byte waits for the decision
+        if decision == s04_margin.PASS and tool_retrieval.hold_applies(ctx):
+            if await tool_retrieval.hold_tool_calls(ctx, resp):
+                return TOOL_RETRY
+            ctx.ttft_ms = ctx.elapsed_ms()
         return decision
     ctx.response_bytes = resp.content
     await resp.aclose()
@@ -75,7 +82,11 @@ async def _attempt(ctx: RequestContext) -> str:
 async def run(ctx: RequestContext) -> str:
     while True:
         try:
-            if await _attempt(ctx) == s04_margin.ESCALATE:
+            decision = await _attempt(ctx)
+            if decision == TOOL_RETRY:
+                await _tool_retry(ctx)
+                continue
+            if decision == s04_margin.ESCALATE:
                 return "S04_MARGIN_ESCALATE"
             return "S05_KEY_EXPAND"
         except UpstreamError as exc:
@@ -99,6 +110,17 @@ async def run(ctx: RequestContext) -> str:
             if not remaining:
                 raise
             ctx.replica = replicas.pick(ctx, remaining)
+
+
+async def _tool_retry(ctx: RequestContext) -> None:
+    """A held streamed tool call needs the full set (``tool_retrieval.hold_tool_calls``):
+    book the attempt and send the request again, as S05 does for a complete answer."""
+    import anyio
+    ctx.record_attempt("tool_retry")
+    ctx.upstream_body = ctx.tools_body = tool_retrieval.full_set_body(ctx)
+    ctx.minify = ctx.key_map = None
+    ctx.upstream_response, ctx.first_chunk = None, b""
+    await anyio.to_thread.run_sync(tool_retrieval.count_definitions, ctx)
 
 
 def _gateway_error(exc: Exception | None) -> GatewayError:
