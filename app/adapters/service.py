@@ -53,6 +53,8 @@ def allowed_events(user, adapter: Adapter) -> list[str]:
         if event == "approve" and user.id is not None and user.id == adapter.requested_by_id:
             continue
         out.append(event)
+    if adapter.state in states.RETRAINABLE and user.can("adapter.train", adapter.tenant_id):
+        out.append("retrain")
     return out
 
 

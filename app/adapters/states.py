@@ -44,6 +44,9 @@ SERVING = frozenset({CANARY, PROMOTED})
 HELD = SERVING | {SHADOW}
 # A workflow has at most one adapter in these at a time.
 IN_FLIGHT = frozenset({TRAINING, CANDIDATE, SHADOW, AWAITING, CANARY})
+# An adapter nobody serves and nothing trains: "retrain" (app.adapters.training.retrain)
+# trains a new one of its workflow on the traces there are now, retiring it.
+RETRAINABLE = frozenset({CANDIDATE, SHADOW, REJECTED, ROLLED_BACK, FAILED, CANCELLED, RETIRED})
 # Canary steps: share of the workflow's traffic (consistent per session / prefix).
 CANARY_STEPS = (5, 25, 100)
 

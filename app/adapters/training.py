@@ -115,7 +115,7 @@ def _lora_name(workflow: str, adapter_id: int) -> str:
 
 
 def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
-                 dataset) -> Adapter:
+                 dataset, *, retrain_of: Adapter | None = None, comment: str = "") -> Adapter:
     """The adapter row in training, its "request" event and audit row (not committed)."""
     from app.workflows.models import Workflow
     wf = db.session.scalar(db.select(Workflow).where(Workflow.tenant_id == tenant_id,
@@ -129,24 +129,29 @@ def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
     db.session.add(adapter)
     db.session.flush()
     adapter.name = _lora_name(workflow, adapter.id)
+    lineage = {} if retrain_of is None else {"retrain_of": retrain_of.id,
+                                                "retrain_of_name": retrain_of.name}
     db.session.add(AdapterEvent(adapter_id=adapter.id, actor_email=user.email, event="request",
-                                from_state="", to_state=states.TRAINING,
+                                from_state="", to_state=states.TRAINING, comment=comment[:2000],
                                 data={"dataset_sha256": dataset.sha256, "hyperparams": hp,
                                       "n_train": dataset.n_train,
-                                      "n_heldout": dataset.n_heldout}))
+                                      "n_heldout": dataset.n_heldout, **lineage}))
     record(user, "adapter.request", "adapter", adapter.id, tenant_id=tenant_id,
            after={"name": adapter.name, "workflow": workflow, "pool_id": pool.id,
-                  "dataset_sha256": dataset.sha256, "hyperparams": hp})
+                  "dataset_sha256": dataset.sha256, "hyperparams": hp, **lineage})
     return adapter
 
 
 def request_training(user, tenant_id: int, workflow: str, *,
                      hyperparams: dict[str, Any] | None = None,
-                     heldout_fraction: float = 0.2) -> Adapter:
+                     heldout_fraction: float = 0.2, retrain_of: Adapter | None = None,
+                     comment: str = "") -> Adapter:
     """Freeze the workflow's traces and queue an adapter's training (one commit).
     Forbidden without adapter.train on the tenant; Conflict while the workflow has an
     adapter in flight; ValidationError below the tenant's ``distill_min_traces``. A
-    refusal rolls back (releasing the tenant row locked here)."""
+    refusal rolls back (releasing the tenant row locked here). ``retrain_of``: an adapter
+    of the workflow this one replaces (``retrain``), retired in the same commit unless it
+    is already, and refused when the traces are still the ones it was trained on."""
     from app.adapters.served_form import served_form
     from app.policies.service import effective_policy
     from app.tenants.models import Tenant
@@ -157,6 +162,9 @@ def request_training(user, tenant_id: int, workflow: str, *,
                          .with_for_update()) is None:
         raise NotFound("no such tenant")
     try:
+        if retrain_of is not None and retrain_of.state != states.RETIRED:
+            service.transition(user, retrain_of, "retire", comment, commit=False,
+                               data={"retrained": True})
         busy = db.session.scalar(db.select(Adapter).where(
             Adapter.tenant_id == tenant_id, Adapter.workflow == workflow,
             Adapter.state.in_(states.IN_FLIGHT)).limit(1))
@@ -170,13 +178,43 @@ def request_training(user, tenant_id: int, workflow: str, *,
                                  min_traces=int(policy["distill_min_traces"]),
                                  heldout_fraction=heldout_fraction, created_by=user.email,
                                  form=served_form(policy, pool))
-        adapter = _new_adapter(user, tenant_id, workflow, hp, pool, dataset)
+        if retrain_of is not None and dataset.id == retrain_of.dataset_id:
+            raise ValidationError(
+                f"no new traces: the workflow's {dataset.n_train + dataset.n_heldout} usable "
+                f"traces are the ones {retrain_of.name} was trained on",
+                {"workflow": ["retrain once more traces have come in"]})
+        adapter = _new_adapter(user, tenant_id, workflow, hp, pool, dataset,
+                               retrain_of=retrain_of, comment=comment)
         db.session.commit()
     except ServiceError:
         db.session.rollback()
         raise
     current_app.extensions["celery"].send_task(
         "adapters.train", args=[adapter.id], queue=current_app.config["ADAPTERS_TRAIN_QUEUE"])
+    return adapter
+
+
+def retrain(user, adapter_id: int, comment: str = "") -> Adapter:
+    """A new adapter of the same tenant workflow, with the same hyperparameters, trained on
+    the workflow's usable traces as they are now; the adapter it replaces is retired in the
+    same commit (and unloaded when it was in shadow). What an ML engineer does with an
+    adapter the shadow gate held back once more traces have come in. Returns the new
+    adapter (in training). Conflict from a state that serves or is in flight, Forbidden
+    without adapter.train, ValidationError when no trace has come in since."""
+    from app.adapters.rollout import _send_lora
+    from app.snapshot.service import publish_after_commit
+    old = service.get_adapter(user, adapter_id)
+    if not user.can("adapter.train", old.tenant_id):
+        raise Forbidden(f"your role ({user.role}) may not train adapters for this tenant")
+    if old.state not in states.RETRAINABLE:
+        raise Conflict(f"cannot retrain an adapter that is {old.state.replace('_', ' ')}: "
+                       f"only one nobody serves and nothing trains")
+    was = old.state
+    adapter = request_training(user, old.tenant_id, old.workflow,
+                               hyperparams=old.hyperparams, retrain_of=old, comment=comment)
+    if was == states.SHADOW:
+        _send_lora(old, "unload")
+        publish_after_commit()
     return adapter
 
 

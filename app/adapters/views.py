@@ -25,7 +25,8 @@ ROLLOUT_EVENTS = ("approve", "reject", "advance", "promote", "rollback", "shadow
 TRANSITION_EVENTS = ("submit",)
 LABELS = {"approve": "Approve", "reject": "Reject", "advance": "Next canary step",
           "promote": "Promote", "rollback": "Roll back", "cancel": "Cancel training",
-          "shadow": "Start shadow", "submit": "Submit for approval", "retire": "Retire"}
+          "shadow": "Start shadow", "submit": "Submit for approval", "retire": "Retire",
+          "retrain": "Retrain on current traces"}
 COMMENT_REQUIRED = frozenset({"approve", "reject"})
 
 
@@ -44,8 +45,10 @@ def perform(user, adapter_id: int, event: str, comment: str = "") -> Adapter:
 def _dispatch(user, adapter_id: int, event: str, comment: str) -> Adapter:
     if event in ROLLOUT_EVENTS:
         return getattr(rollout, event)(user, adapter_id, comment)
-    if event == "cancel":
+    if event in ("cancel", "retrain"):
         from app.adapters import training
+        if event == "retrain":   # the new adapter, in training
+            return training.retrain(user, adapter_id, comment)
         return training.cancel_training(user, adapter_id, comment)
     if event in TRANSITION_EVENTS:
         return service.transition(user, service.get_adapter(user, adapter_id), event, comment)
@@ -144,9 +147,14 @@ def index():
 @login_required
 def detail(adapter_id: int):
     adapter = service.get_adapter(current_user, adapter_id)
+    from app.adapters.traces import count_usable
     previous = db.session.get(Adapter, adapter.previous_adapter_id) \
         if adapter.previous_adapter_id else None
+    request_event = next((e for e in adapter.events if e.event == "request"), None)
+    retrain_of = (request_event.data or {}).get("retrain_of") if request_event else None
     return render_template("adapters/detail.html", adapter=adapter, previous=previous,
+                           retrain_of=db.session.get(Adapter, retrain_of) if retrain_of else None,
+                           usable_now=count_usable(adapter.tenant_id, adapter.workflow),
                            tenant=_tenant_names().get(adapter.tenant_id, adapter.tenant_id),
                            timeline=service.timeline(adapter), labels=LABELS,
                            events=service.allowed_events(current_user, adapter),
@@ -165,6 +173,11 @@ def act(adapter_id: int, event: str):
             raise
         flash(_message(exc), "error")
     else:
+        if event == "retrain":
+            flash(f"Training of {adapter.name} queued on the workflow's current traces "
+                  f"({adapter.progress.get('steps', '?')} steps); the adapter it replaces "
+                  f"is retired.", "success")
+            return redirect(url_for("adapters.detail", adapter_id=adapter.id))
         pct = f" at {adapter.canary_pct}%" if adapter.state == states.CANARY else ""
         flash(f"{adapter.name}: {LABELS.get(event, event).lower()} done; it is now "
               f"{adapter.state.replace('_', ' ')}{pct}.", "success")
@@ -229,4 +242,6 @@ def api_train():
 def api_act(adapter_id: int, event: str):
     data = body() if request.get_data() else {}  # a comment is optional but for approve/reject
     adapter = perform(g.api_user, adapter_id, event, str(data.get("comment") or ""))
+    if event == "retrain":   # a new adapter, queued
+        return jsonify(adapter=_full(adapter)), 202
     return jsonify(adapter=_full(adapter))

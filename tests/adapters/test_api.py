@@ -2,6 +2,8 @@
 the token's user may send, training (202), the rollout events, and errors as JSON."""
 from __future__ import annotations
 
+import json
+
 from app.adapters.models import Adapter
 from app.extensions import db
 from tests.adapters.conftest import TRAIN_WORKFLOW, reload
@@ -88,3 +90,63 @@ def test_train_through_the_api_answers_202_with_the_adapter(app, trainable, api_
     assert db.session.scalar(db.select(db.func.count()).select_from(Adapter)) == 1
     cancel = client.post(f"/api/v1/adapters/{body['id']}/cancel", headers=hdr, json={})
     assert cancel.status_code == 200 and cancel.get_json()["adapter"]["state"] == "cancelled"
+
+
+def test_retrain_replaces_a_held_back_adapter_with_one_on_the_current_traces(
+        app, trainable, api_as):
+    """What an ML engineer does with an adapter the shadow gate held back once more traces
+    have come in: one call retires it (unloaded from its pool, as any shadow adapter
+    retired) and queues a new adapter of the workflow, same hyperparameters, on the traces
+    there are now; refused while no trace has come in, and from a state that serves."""
+    from app.adapters.models import AdapterEvent, AdapterTrace
+    tenant, sent = trainable
+    client, hdr = api_as(UserFactory(role="ops"))
+    first = client.post("/api/v1/adapters", headers=hdr,
+                        json={"tenant_id": tenant.id, "workflow": TRAIN_WORKFLOW,
+                              "hyperparams": {"rank": 4, "max_steps": 5}}).get_json()["adapter"]
+    held = reload(first["id"])
+    held.state = "shadow"                     # trained, then held back by the gate
+    held.shadow = {"requests": 20, "agreed": 17, "concordance": 0.85}
+    db.session.commit()
+    got = client.get(f"/api/v1/adapters/{held.id}", headers=hdr).get_json()["adapter"]
+    assert "retrain" in got["allowed_events"]
+
+    same = client.post(f"/api/v1/adapters/{held.id}/retrain", headers=hdr, json={})
+    assert same.status_code == 422 and "no new traces" in same.get_json()["error"]["message"]
+    assert reload(held.id).state == "shadow"  # the refusal changed nothing
+    assert db.session.scalar(db.select(db.func.count()).select_from(Adapter)) == 1
+
+    db.session.add_all([AdapterTrace(
+        request_id=f"req_more_{tenant.id}_{i:03d}", tenant_id=tenant.id, workflow=TRAIN_WORKFLOW,
+        tier="tier-3", answer=json.dumps({"invoice": 100 + i}),
+        messages=[{"role": "user", "content": f"invoice {100 + i}"}]) for i in range(12)])
+    db.session.commit()
+    sent.clear()
+    resp = client.post(f"/api/v1/adapters/{held.id}/retrain", headers=hdr,
+                       json={"comment": "shadow 17/20; 12 more traces"})
+    assert resp.status_code == 202
+    new = resp.get_json()["adapter"]
+    assert new["id"] != held.id and new["state"] == "training"
+    assert new["workflow"] == TRAIN_WORKFLOW and new["hyperparams"] == held.hyperparams
+    old = reload(held.id)
+    assert old.state == "retired"
+    new_ds = reload(new["id"]).dataset
+    assert new_ds.n_train + new_ds.n_heldout == 52 and new_ds.id != old.dataset_id
+    retire_event = old.events[-1]
+    assert (retire_event.event, retire_event.to_state) == ("retire", "retired")
+    assert retire_event.comment == "shadow 17/20; 12 more traces"
+    request_event = db.session.scalar(db.select(AdapterEvent).where(
+        AdapterEvent.adapter_id == new["id"], AdapterEvent.event == "request"))
+    assert request_event.data["retrain_of"] == held.id
+    assert sorted(sent) == [("adapters.train", [new["id"]]), ("adapters.unload", [held.id])]
+
+    again = client.post(f"/api/v1/adapters/{new['id']}/retrain", headers=hdr, json={})
+    assert again.status_code == 409           # in training: cancel it first
+    promoted = reload(new["id"])
+    promoted.state = "promoted"
+    db.session.commit()
+    assert client.post(f"/api/v1/adapters/{promoted.id}/retrain", headers=hdr,
+                       json={}).status_code == 409
+    viewer, vhdr = api_as(UserFactory(role="approver"))
+    assert viewer.post(f"/api/v1/adapters/{old.id}/retrain", headers=vhdr,
+                       json={}).status_code == 403

@@ -200,3 +200,33 @@ def test_cancel_stops_a_training(app, make_adapter, sign_in, two_tenants):
     submit(web, page, {"comment": "wrong workflow"}, action=f"{page}/cancel")
     assert reload(adapter.id).state == "cancelled"
     assert ">cancelled<" in web.get(page).get_data(as_text=True)
+
+
+def test_retrain_button_trains_a_new_adapter_on_the_current_traces(app, trainable, sign_in):
+    """A shadow adapter's page says how many usable traces there are beyond its dataset;
+    its trainer's "Retrain on current traces" retires it and opens the new adapter."""
+    from app.adapters.models import AdapterTrace
+    tenant, sent = trainable
+    web, _ = sign_in("ops")
+    resp = submit(web, "/adapters", {"tenant_id": tenant.id, "workflow": "invoices"},
+                  action="/adapters/train")
+    held = reload(int(resp.headers["Location"].rsplit("/", 1)[1]))
+    held.state = "shadow"
+    db.session.add_all([AdapterTrace(
+        request_id=f"req_view_{tenant.id}_{i:03d}", tenant_id=tenant.id, workflow=TRAIN_WORKFLOW,
+        tier="tier-3", answer=json.dumps({"invoice": 200 + i}),
+        messages=[{"role": "user", "content": f"invoice {200 + i}"}]) for i in range(5)])
+    db.session.commit()
+    page = f"/adapters/{held.id}"
+    html = web.get(page).get_data(as_text=True)
+    assert re.search(r'id="usable-now">45 <span[^>]*>\(5 more than its dataset', html)
+    assert ">Retrain on current traces<" in html
+    viewer_web, _ = sign_in("approver")
+    assert ">Retrain on current traces<" not in viewer_web.get(page).get_data(as_text=True)
+    resp = submit(web, page, {"comment": "held back at 85%"}, action=f"{page}/retrain")
+    assert resp.status_code == 302 and not resp.headers["Location"].endswith(page)
+    new_page = web.get(resp.headers["Location"]).get_data(as_text=True)
+    assert "queued on the workflow&#39;s current traces" in new_page
+    assert f'id="retrain-of">#{held.id} {held.name}<' in new_page
+    assert reload(held.id).state == "retired"
+    assert [name for name, _ in sent] == ["adapters.train", "adapters.train", "adapters.unload"]
