@@ -23,6 +23,14 @@ At every checkpoint of the compressed clock (after the ledger drain), in this or
    which the stack's Celery worker runs (PEFT LoRA on SmolLM2-135M-Instruct, CPU, then the
    offline evaluation on the held-out split). The month clock is paused while it trains.
    A candidate is then put in shadow (``POST .../shadow``).
+5. The same ML engineer retrains an adapter the shadow gate has judged and held back
+   (at least ``SHADOW_MIN_REQUESTS`` shadowed answers, concordance below the gate), once the
+   workflow's usable traces have grown to ``RETRAIN_GROWTH`` x what it was trained on: the
+   adapter is retired (``POST .../retire``, a comment with its shadow figures) and a new
+   one trained on every usable trace, same hyperparameters, which starts its own shadow
+   record. An adapter whose offline concordance was 0% is not retrained (the stand-in
+   learnt nothing of the workflow from its traces; more of the same is not what it needs),
+   and the report says so.
 
 The hot-(un)loads the rollout queues on the pool's node queue are run by this process
 with the node's own function (``app.adapters.node.load_adapter``, what the
@@ -56,6 +64,9 @@ TRAIN_TIMEOUT_S = 1800
 # The run's CPU budget for training (month clock paused): once spent, no further training
 # is requested and the report says which workflows were left untrained for it.
 TRAIN_BUDGET_S = 1500.0
+# Retrain a shadow adapter the gate held back once the workflow's usable traces reach this
+# multiple of its training set's traces.
+RETRAIN_GROWTH = 1.25
 
 
 class Flywheel:
@@ -126,6 +137,7 @@ class Flywheel:
                                 f"{line['requests']} agreed); submitted for approval")
         db.session.expire_all()
         self._approve_submitted(hour)
+        self._retrain_held_back(hour)
         for line in canary_watch():
             if line["rolled_back"]:
                 a = self._adapter(line["id"])
@@ -193,13 +205,49 @@ class Flywheel:
                 continue
             self._train(hour, tenant_id, workflow, have)
 
+    def _retrain_held_back(self, hour: int) -> None:
+        from app.adapters import states
+        from app.adapters.traces import count_usable
+        from app.policies.service import effective_policy
+        for (tenant_id, workflow), rec in sorted(self.records.items()):
+            if "adapter_id" not in rec:
+                continue
+            a = self._adapter(rec["adapter_id"])
+            sh, off = a.shadow or {}, a.offline or {}
+            gate = float(effective_policy(tenant_id)["shadow_concordance"])
+            if (a.state != states.SHADOW or int(sh.get("requests") or 0) < SHADOW_MIN_REQUESTS
+                    or float(sh.get("concordance") or 0) >= gate):
+                continue
+            if not off.get("concordance"):
+                if not rec.get("no_retrain"):
+                    rec["no_retrain"] = True
+                    self._say(hour, f"{self._who(a)}: held back by the shadow gate "
+                                    f"({sh['agreed']}/{sh['requests']}); not retrained: offline "
+                                    f"concordance 0% (the stand-in learnt nothing of it)")
+                continue
+            have = count_usable(tenant_id, workflow)
+            if have < RETRAIN_GROWTH * rec["traces"] or self.paused_s >= TRAIN_BUDGET_S:
+                continue
+            why = (f"shadow {sh['agreed']}/{sh['requests']} agreed ({float(sh['concordance']):.1%}, "
+                   f"gate {gate:.0%}); retraining on {have} usable traces (was {rec['traces']})")
+            try:
+                self._api("POST", f"/api/v1/adapters/{a.id}/retire", "ml", {"comment": why})
+            except RuntimeError as e:    # said, and the month goes on with the adapter in shadow
+                rec["no_retrain"] = True
+                self._say(hour, f"{self._who(a)}: retiring it to retrain failed: {e}")
+                continue
+            self._say(hour, f"{self._who(a)}: retired: {why}")
+            self._train(hour, tenant_id, workflow, have)
+
     def _train(self, hour: int, tenant_id: int, workflow: str, have: int) -> None:
         from app.adapters import states
         got = self._api("POST", "/api/v1/adapters", "ml",
                         {"tenant_id": tenant_id, "workflow": workflow,
                          "hyperparams": HYPERPARAMS})["adapter"]
-        rec = self.records[(tenant_id, workflow)] = {"adapter_id": got["id"], "traces": have,
-                                                     "requested_h": hour}
+        earlier = self.records.get((tenant_id, workflow), {})
+        rec = self.records[(tenant_id, workflow)] = {
+            "adapter_id": got["id"], "traces": have, "requested_h": hour,
+            "earlier": earlier.get("earlier", []) + ([earlier] if earlier else [])}
         self._say(hour, f"{self.names[tenant_id]}/{workflow}: {have} traces; training "
                         f"{got['name']} ({got['progress'].get('steps')} steps); month clock "
                         f"paused")
@@ -245,7 +293,8 @@ class Flywheel:
         lines = [f"Flywheel (full_adapters): hyperparameters {HYPERPARAMS}; scaled to the replay: "
                  f"distill_min_traces {DISTILL_MIN_TRACES} (product 2500), shadow gate "
                  f"{SHADOW_MIN_REQUESTS} answers (product 200) at 100% sampling (product 10%), "
-                 f"shadow_concordance at the product default; month clock paused "
+                 f"shadow_concordance at the product default; an adapter the gate held back retrained at "
+                 f"{RETRAIN_GROWTH}x its traces; month clock paused "
                  f"{self.paused_s:.0f} s for training (budget {TRAIN_BUDGET_S:.0f} s)",
                  f"  {'tenant/workflow':<36} {'req':>4} {'traces':>6} {'offline lora/base':>17} "
                  f"{'shadow agreed':>13} {'adapter':>10} {'router':>22} {'T1 rows':>7} {'T1 pass':>7}"]
