@@ -91,6 +91,11 @@ def _rollout_command(event: str, doc: str) -> None:
         from app.adapters.views import perform
         user = _acting_user(email)
         adapter = _run(lambda: perform(user, adapter_id, event, comment))
+        if event == "retrain":
+            click.echo(f"adapter {adapter_id} retired; adapter {adapter.id} ({adapter.name}) "
+                       f"queued for training on the current traces: "
+                       f"{adapter.progress.get('steps', '?')} steps")
+            return
         pct = f" at {adapter.canary_pct}%" if adapter.state == "canary" else ""
         click.echo(f"adapter {adapter.id} ({adapter.name}) is now {adapter.state}{pct}")
 
@@ -100,5 +105,8 @@ for _event, _doc in (("approve", "Approve an adapter awaiting approval: canary a
                      ("advance", "The next canary step (5 -> 25 -> promoted at 100)."),
                      ("promote", "Promote a canary adapter to all of its workflow's traffic."),
                      ("rollback", "Roll back a canary or promoted adapter (restores the "
-                                  "one it replaced).")):
+                                  "one it replaced)."),
+                     ("retrain", "Retire an adapter nobody serves (held back in shadow, "
+                                 "rejected, rolled back, failed) and train a new one of its "
+                                 "workflow on the usable traces there are now.")):
     _rollout_command(_event, _doc)

@@ -91,3 +91,27 @@ def test_train_queues_a_training_for_the_named_user(app, trainable):
                    "--as", approver.email)
     assert refused.exit_code == 1 and "may not train" in refused.output
     assert len(sent) == 1
+
+
+def test_retrain_from_the_cli(app, trainable):
+    from app.adapters.models import AdapterTrace
+    from app.extensions import db
+    tenant, sent = trainable
+    ops = UserFactory(role="ops")
+    _cli(app, "train", "--tenant", tenant.id, "--workflow", "Invoices", "--as", ops.email,
+         "--hyperparams", '{"rank": 8, "max_steps": 5}')
+    held = reload(sent[0][1][0])
+    held.state = "shadow"
+    db.session.commit()
+    same = _cli(app, "retrain", held.id, "--as", ops.email)
+    assert same.exit_code == 1 and "no new traces" in same.output
+    db.session.add(AdapterTrace(request_id=f"req_cli_{tenant.id}", tenant_id=tenant.id,
+                                workflow=TRAIN_WORKFLOW, tier="tier-3", answer='{"invoice": 99}',
+                                messages=[{"role": "user", "content": "invoice 99"}]))
+    db.session.commit()
+    out = _cli(app, "retrain", held.id, "--as", ops.email, "--comment", "one more trace")
+    assert out.exit_code == 0, out.output
+    new_id = [args[0] for name, args in sent if name == "adapters.train"][-1]
+    assert f"adapter {held.id} retired; adapter {new_id} (" in out.output
+    assert "queued for training on the current traces: 5 steps" in out.output
+    assert reload(held.id).state == "retired" and reload(new_id).state == "training"
