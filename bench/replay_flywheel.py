@@ -25,10 +25,10 @@ At every checkpoint of the compressed clock (after the ledger drain), in this or
    A candidate is then put in shadow (``POST .../shadow``).
 5. The same ML engineer retrains an adapter the shadow gate has judged and held back
    (at least ``SHADOW_MIN_REQUESTS`` shadowed answers, concordance below the gate), once the
-   workflow's usable traces have grown to ``RETRAIN_GROWTH`` x what it was trained on: the
-   adapter is retired (``POST .../retire``, a comment with its shadow figures) and a new
-   one trained on every usable trace, same hyperparameters, which starts its own shadow
-   record. An adapter whose offline concordance was 0% is not retrained (the stand-in
+   workflow's usable traces have grown to ``RETRAIN_GROWTH`` x what it was trained on
+   (``POST .../retrain``, a comment with its shadow figures: the adapter is retired, and
+   unloaded from the engines by the node's own function, and a new one trained on every
+   usable trace, same hyperparameters, which starts its own shadow record). An adapter whose offline concordance was 0% is not retrained (the stand-in
    learnt nothing of the workflow from its traces; more of the same is not what it needs),
    and the report says so.
 
@@ -118,6 +118,16 @@ class Flywheel:
         loaded = load_adapter(adapter_id)
         self.stack.publish()
         return loaded
+
+    def _unload(self, adapter_id: int) -> dict:
+        """What the node's ``adapters.unload`` task runs when an adapter in shadow is
+        retired (the engines hold at most --max-loras adapters: a retired one left loaded
+        takes a slot a new one needs; a first run with retraining filled all 8 and every
+        adapter after that failed to load)."""
+        from app.adapters.node import unload_adapter
+        unloaded = unload_adapter(adapter_id)
+        self.stack.publish()
+        return unloaded
 
     # --- one checkpoint -----------------------------------------------------------
     def step(self, hour: int) -> None:
@@ -230,20 +240,20 @@ class Flywheel:
                 continue
             why = (f"shadow {sh['agreed']}/{sh['requests']} agreed ({float(sh['concordance']):.1%}, "
                    f"gate {gate:.0%}); retraining on {have} usable traces (was {rec['traces']})")
-            try:
-                self._api("POST", f"/api/v1/adapters/{a.id}/retire", "ml", {"comment": why})
-            except RuntimeError as e:    # said, and the month goes on with the adapter in shadow
-                rec["no_retrain"] = True
-                self._say(hour, f"{self._who(a)}: retiring it to retrain failed: {e}")
-                continue
-            self._say(hour, f"{self._who(a)}: retired: {why}")
-            self._train(hour, tenant_id, workflow, have)
+            self._say(hour, f"{self._who(a)}: retrain: {why}")
+            self._train(hour, tenant_id, workflow, have, retrain_of=a.id, comment=why)
+            self._unload(a.id)
 
-    def _train(self, hour: int, tenant_id: int, workflow: str, have: int) -> None:
+    def _train(self, hour: int, tenant_id: int, workflow: str, have: int, *,
+               retrain_of: int | None = None, comment: str = "") -> None:
         from app.adapters import states
-        got = self._api("POST", "/api/v1/adapters", "ml",
-                        {"tenant_id": tenant_id, "workflow": workflow,
-                         "hyperparams": HYPERPARAMS})["adapter"]
+        if retrain_of is None:
+            got = self._api("POST", "/api/v1/adapters", "ml",
+                            {"tenant_id": tenant_id, "workflow": workflow,
+                             "hyperparams": HYPERPARAMS})["adapter"]
+        else:   # the product's retrain: retires the old one, same hyperparameters
+            got = self._api("POST", f"/api/v1/adapters/{retrain_of}/retrain", "ml",
+                            {"comment": comment})["adapter"]
         earlier = self.records.get((tenant_id, workflow), {})
         rec = self.records[(tenant_id, workflow)] = {
             "adapter_id": got["id"], "traces": have, "requested_h": hour,

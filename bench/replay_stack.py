@@ -120,11 +120,14 @@ class Stack:
         fr = self._spawn("frontier", [py, str(ROOT / "bench" / "replay_gold.py"),
                                       str(gold_file), str(port_file)])
         ports = [_free_port() for _ in range(self.t1 + self.t2)]
-        # runtime LoRA on (the adapters' hot-load); idle unless an adapter is loaded
+        # runtime LoRA on (the adapters' hot-load); idle unless an adapter is loaded. At
+        # most one adapter per tenant workflow is held (shadow or serving; a retired one is
+        # unloaded): the month's 10 workflows and room for a superseded one in between
+        # (8 left two workflows without a slot)
         lora_env = {**self._env(), "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
         engines = [self._spawn(f"engine-{i}", [py, "-m", "app.engine", "--model", self.engine_model,
                                                 "--served-model-name", SERVED, "--port", str(p),
-                                                "--threads", str(self.threads), "--max-loras", "8",
+                                                "--threads", str(self.threads), "--max-loras", "12",
                                                 "--enable-prompt-tokens-details"], env=lora_env)
                    for i, p in enumerate(ports)]
         self.engine_urls = [f"http://127.0.0.1:{p}" for p in ports]
