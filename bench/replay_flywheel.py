@@ -254,10 +254,8 @@ class Flywheel:
         else:   # the product's retrain: retires the old one, same hyperparameters
             got = self._api("POST", f"/api/v1/adapters/{retrain_of}/retrain", "ml",
                             {"comment": comment})["adapter"]
-        earlier = self.records.get((tenant_id, workflow), {})
-        rec = self.records[(tenant_id, workflow)] = {
-            "adapter_id": got["id"], "traces": have, "requested_h": hour,
-            "earlier": earlier.get("earlier", []) + ([earlier] if earlier else [])}
+        rec = self.records[(tenant_id, workflow)] = {"adapter_id": got["id"], "traces": have,
+                                                     "requested_h": hour}
         self._say(hour, f"{self.names[tenant_id]}/{workflow}: {have} traces; training "
                         f"{got['name']} ({got['progress'].get('steps')} steps); month clock "
                         f"paused")

@@ -45,11 +45,12 @@ def perform(user, adapter_id: int, event: str, comment: str = "") -> Adapter:
 def _dispatch(user, adapter_id: int, event: str, comment: str) -> Adapter:
     if event in ROLLOUT_EVENTS:
         return getattr(rollout, event)(user, adapter_id, comment)
-    if event in ("cancel", "retrain"):
+    if event == "cancel":
         from app.adapters import training
-        if event == "retrain":   # the new adapter, in training
-            return training.retrain(user, adapter_id, comment)
         return training.cancel_training(user, adapter_id, comment)
+    if event == "retrain":   # returns the new adapter, in training
+        from app.adapters import training
+        return training.retrain(user, adapter_id, comment)
     if event in TRANSITION_EVENTS:
         return service.transition(user, service.get_adapter(user, adapter_id), event, comment)
     raise NotFound(f"no adapter event {event!r}")
