@@ -130,8 +130,18 @@ def parse_load(raw: Any) -> float:
     return float(raw.decode() if isinstance(raw, bytes) else raw)
 
 
+_LOAD_NAMES: dict[tuple, list[str]] = {}   # (namespace, replica ids) -> the script's KEYS
+
+
 def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> tuple[list, list]:
-    return load_keys(_keys(ns), ids), [repr(time.time() if now is None else now), ttl_s]
+    at = (ns.ns if isinstance(ns, Keys) else ns, tuple(ids))
+    names = _LOAD_NAMES.get(at)
+    if names is None:
+        names = load_keys(_keys(ns), ids)
+        if len(_LOAD_NAMES) >= 1024:
+            _LOAD_NAMES.clear()
+        _LOAD_NAMES[at] = names
+    return names, [repr(time.time() if now is None else now), ttl_s]
 
 
 def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,

@@ -140,6 +140,7 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 # not been heard since the cutoff) and the requests the gateways sent it (``count_routed``).
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
+local members = nil
 local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local chain = ARGV[4]
 local blocks = #chain / 8
@@ -151,11 +152,22 @@ for i = 1, #KEYS / 5 do
   local c = -1
   if seen and seen >= cutoff then
     c = 0
-    for j = 1, blocks do
-      if redis.call('SISMEMBER', KEYS[b + 5], string.sub(chain, 8 * j - 7, 8 * j)) == 1 then
-        c = c + 1
-      else
-        break
+    if blocks > 0 and redis.call('EXISTS', KEYS[b + 5]) == 1 then
+      if not members then
+        members = {}
+        for j = 1, blocks do members[j] = string.sub(chain, 8 * j - 7, 8 * j) end
+      end
+      -- SMISMEMBER (Redis 6.2) in runs of 256: a call per run instead of one per block,
+      -- and unpack stays far below Lua's stack limit on a long prompt
+      for s = 1, blocks, 256 do
+        local e = math.min(s + 255, blocks)
+        local held = redis.call('SMISMEMBER', KEYS[b + 5], unpack(members, s, e))
+        local run = 0
+        for j = 1, e - s + 1 do
+          if held[j] == 1 then run = run + 1 else break end
+        end
+        c = c + run
+        if run < e - s + 1 then break end
       end
     end
   end
@@ -169,12 +181,21 @@ return out
 _ROUTE = Lua(_ROUTE_LUA)
 
 
+_ROUTE_NAMES: dict[tuple, list[str]] = {}   # (namespace, replica ids) -> the script's KEYS
+
+
 def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int
                 ) -> tuple[list, list]:
-    names: list[str] = []
-    for rid in replica_ids:
-        names += load_keys(keys, [rid])
-        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
+    at = (keys.ns, tuple(replica_ids))
+    names = _ROUTE_NAMES.get(at)
+    if names is None:
+        names = []
+        for rid in replica_ids:
+            names += load_keys(keys, [rid])
+            names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
+        if len(_ROUTE_NAMES) >= 1024:
+            _ROUTE_NAMES.clear()
+        _ROUTE_NAMES[at] = names
     now = time.time()
     return names, [repr(now), load_ttl_s, repr(now - stale_s),
                    b"".join(block_id(h) for h in chain)]

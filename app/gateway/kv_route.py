@@ -6,7 +6,9 @@ The index keys are chained hashes of token ids (``app.core.kv_keys.block_hash_ch
 under ``key_namespace(adapter, cache_salt)``, KEY_TOKENS per key) that the subscriber
 rebuilds from the token ids in each engine's ``BlockStored`` events, so the gateway needs
 the ids the engine sees: it renders the same chat template with the pool model's own
-tokenizer. Rendering is cheap; tokenizing is not, so the rendered text is cut at the
+tokenizer. A plain conversation is rendered by filling its role sequence's skeleton (the
+template rendered once with markers, checked against the template), not by running the
+template per request; tokenizing is the costly part, so the rendered text is cut at the
 tokenizer's special tokens (which the tokenizer never merges across) and each piece's ids
 are kept in an LRU: a tenant's system prompt and tool block, and every earlier turn of a
 conversation, are tokenized once per gateway process. The keys of a recent prompt's
@@ -31,6 +33,18 @@ log = logging.getLogger(__name__)
 
 BLOCK_TOKENS = KEY_TOKENS  # the index's key size, whatever the engines' block size
 PIECE_CACHE = 4096         # tokenized pieces kept per tokenizer
+SHAPES = 512               # role sequences whose rendered skeleton is kept per tokenizer
+
+# A skeleton is the template rendered once with a marker for each message's content; a
+# conversation of that role sequence is then the skeleton's text between the markers with
+# its contents in their places (a string join, not a template render). The markers cannot
+# occur in a tokenized prompt's text (NUL); contents that hold one are rendered instead.
+_MARK = "\x00{}\x00"
+_MARK_RE = re.compile("\x00(\\d+)\x00")
+# What a skeleton must reproduce before it is used: a template that trims or tests the
+# content (``| trim``, ``if '</think>' in content``) renders these differently and keeps
+# the render for that shape.
+_CHECKS = (" Lead and trail, {{ braces }} \n\n", "<think>t</think>answer", "x")
 
 
 class PromptTokens:
@@ -45,6 +59,7 @@ class PromptTokens:
         self.render = _direct_render(tokenizer)
         self._encode = _direct_encode(tokenizer)
         self.pieces: OrderedDict[str, list[int]] = OrderedDict()
+        self.skeletons: dict[tuple, tuple[list[str], list[int]] | None] = {}
         self.chains = ChainCache()     # index keys of recent prompts' leading blocks
         self.lock = threading.Lock()
         self.hits = self.misses = 0
@@ -75,6 +90,39 @@ class PromptTokens:
             out.extend([sid] if sid is not None else self._piece(part))
         return out
 
+    def _skeleton(self, roles: tuple) -> tuple[list[str], list[int]] | None:
+        """The render of this role sequence as (literal texts, content slot between each
+        two), or None when the template does not take contents verbatim."""
+        def render(contents: list[str]) -> str:
+            return self.render([{"role": r, "content": c} for r, c in zip(roles, contents)])
+        try:
+            parts = _MARK_RE.split(render([_MARK.format(i) for i in range(len(roles))]))
+            skel = (parts[0::2], [int(i) for i in parts[1::2]])
+            for check in _CHECKS:
+                contents = [f"{check}{i}" for i in range(len(roles))]
+                if _fill(skel, contents) != render(contents):
+                    return None
+            return skel
+        except Exception:  # noqa: BLE001 - a template that refuses the shape: render it
+            return None
+
+    def render_plain(self, messages: list[dict]) -> str:
+        """``render(messages)`` (role and string content only), from the role sequence's
+        skeleton when it has one."""
+        contents = [m["content"] for m in messages]
+        if all(contents) and not any("\x00" in c for c in contents):
+            roles = tuple(m.get("role") for m in messages)
+            if roles in self.skeletons:
+                skel = self.skeletons[roles]
+            else:
+                skel = self._skeleton(roles)
+                if len(self.skeletons) >= SHAPES:
+                    self.skeletons.pop(next(iter(self.skeletons)), None)
+                self.skeletons[roles] = skel
+            if skel is not None:
+                return _fill(skel, contents)
+        return self.render(messages)
+
     def prompt_ids(self, body: dict) -> list[int]:
         """The engine's prompt ids for a chat body (``Engine.encode_chat``'s plain path)."""
         messages, plain = [], True
@@ -86,11 +134,20 @@ class PromptTokens:
             messages.append({**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
-            return self.encode(self.render(messages))
+            return self.encode(self.render_plain(messages))
         kwargs = {"tools": tools} if tools else {}
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True,
                                             tokenize=False, **kwargs)
         return self.encode(text)
+
+
+def _fill(skel: tuple[list[str], list[int]], contents: list[str]) -> str:
+    literals, slots = skel
+    out = [literals[0]]
+    for slot, literal in zip(slots, literals[1:]):
+        out.append(contents[slot])
+        out.append(literal)
+    return "".join(out)
 
 
 # Conversations the direct render must render as apply_chat_template does before it is used

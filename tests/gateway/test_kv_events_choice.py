@@ -83,6 +83,31 @@ def test_a_template_that_renders_differently_directly_is_not_rendered_directly(t
     assert kv_route._direct_render(tokens.tok) is not None
 
 
+def test_conversations_filled_into_a_role_skeleton_render_as_the_template_does(tokens):
+    import random
+    rng = random.Random(7)
+    pieces = ["Hi", " spaced \n\n", "{{ x }}", "<|im_start|>user", "é 42", "<think>a</think>b"]
+    for _ in range(200):
+        msgs = [{"role": rng.choice(["system", "user", "assistant"]),
+                 "content": "".join(rng.choices(pieces, k=rng.randint(1, 3)))}
+                for _ in range(rng.randint(1, 6))]
+        assert tokens.render_plain(msgs) == tokens.tok.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=False)
+    assert any(s is not None for s in tokens.skeletons.values())
+    # an empty content or a NUL in one is rendered, not filled
+    for msgs in ([{"role": "user", "content": ""}], [{"role": "user", "content": "a\x00b"}]):
+        assert tokens.render_plain(msgs) == tokens.tok.apply_chat_template(
+            msgs, add_generation_prompt=True, tokenize=False)
+
+
+def test_a_template_that_trims_contents_keeps_its_render(tokens):
+    odd = PromptTokens(tokens.tok)
+    odd.render = lambda msgs: "".join(f"<{m['role']}>{m['content'].strip()}|" for m in msgs)
+    msgs = [{"role": "user", "content": "  padded  "}]
+    assert odd.render_plain(msgs) == "<user>padded|"
+    assert odd.skeletons[("user",)] is None
+
+
 # -- vLLM's structs as vllm/distributed/kv_events.py declares them today (each event a map
 # tagged by "type", vllm-project/vllm#42892) and before that (positional arrays, up to
 # lora_name as in vLLM 0.11) -------------------------------------------------------------

@@ -144,3 +144,22 @@ def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_cl
     assert asyncio.run(read())[0] == loads
     for key in redis_client.scan_iter(f"{ns}:*"):
         redis_client.delete(key)
+
+
+def test_a_long_prompt_matches_its_leading_blocks_only(app, redis_client):
+    """The script asks for a prompt's blocks in runs of 256: a match stops at the first
+    block a replica lacks, on either side of a run's edge, and a prompt of 2,000 blocks
+    (32k tokens) is read in one call."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    keys = Keys(app.config["REDIS_NAMESPACE"] + ":load-kv-long")
+    chain = [n.to_bytes(4, "big") * 8 for n in range(2000)]
+    held = {1: chain[:300], 2: chain[:256] + chain[257:], 3: chain[:256],
+            4: chain[:10] + chain[11:], 5: chain}
+    for rid, blocks in held.items():
+        kv_index.apply_events(redis_client, keys, rid, [("BlockStored", blocks)], seq=0)
+    matched = kv_index.read_matched(redis_client, keys, list(held), chain, 16)
+    assert matched == {1: 300 * 16.0, 2: 256 * 16.0, 3: 256 * 16.0, 4: 10 * 16.0,
+                       5: 2000 * 16.0}
+    for key in redis_client.scan_iter(f"{keys.ns}:*"):
+        redis_client.delete(key)
