@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable
 
+from app.contract import heap
 from app.engine.core import Engine, Job
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Scheduler:
             log.exception("engine failed to load")
             self.error = f"load failed: {exc}"
             return
+        heap.settle("the model")
         while not self._stop.is_set():
             item = self._queue.get()
             if item is None:
@@ -73,6 +75,7 @@ class Scheduler:
                     fut.set_result(fn(self.engine))
                 except Exception as exc:  # noqa: BLE001 - returned to the caller
                     fut.set_exception(exc)
+                heap.settle_if_grown()     # an adapter loaded
                 continue
             self._run(item)
 

@@ -34,7 +34,7 @@ from app.contract.routers import PublishedRouters
 from app.contract.lint import LintSampler
 from app.contract.inflight import DEFAULT_TTL_S, AsyncInflightTracker
 from app.contract.keys import Keys
-from app.contract import leases
+from app.contract import heap, leases
 
 log = logging.getLogger(__name__)
 STOP_TASKS_S = 3.0   # how long stop() waits for its cancelled background loops
@@ -89,10 +89,12 @@ class Gateway:
         await self.refresh_routers()
         await self._beat()
         await self._reap()  # a gateway that died before this one left holds behind
+        heap.settle("start")
         if self.config["GATEWAY_CACHE_WARM"]:
-            threading.Thread(target=s00_cache.warm, name="embedding-warm", daemon=True).start()
-            threading.Thread(target=minify_compact.warm, name="grammar-warm",
-                             daemon=True).start()
+            threading.Thread(target=heap.then_settle(s00_cache.warm, "the embedding encoder"),
+                             name="embedding-warm", daemon=True).start()
+            threading.Thread(target=heap.then_settle(minify_compact.warm, "xgrammar"),
+                             name="grammar-warm", daemon=True).start()
         self._tasks = [asyncio.create_task(self.snapshots.poll_forever(self._on_tick)),
                        asyncio.create_task(self.ledger.run()),
                        asyncio.create_task(self._refresh_inflight()),
@@ -114,6 +116,7 @@ class Gateway:
             await asyncio.sleep(self.heartbeat_s)
             if not self._stopping:   # a stopping instance's lease ends; never renew it
                 await self._beat()
+                heap.settle_if_grown()
 
     async def _reap(self, instances: list[str] | None = None) -> None:
         """Give back the budget holds of dead gateway instances (``leases.reap``)."""

@@ -25,7 +25,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from app.contract import kv_index
+from app.contract import heap, kv_index
 from app.contract.tokenizers import chat_tokenizer
 from app.core.kv_keys import KEY_TOKENS, ChainCache, key_namespace
 
@@ -227,6 +227,7 @@ def prompt_tokens(model: str) -> PromptTokens | None:
     def load() -> None:
         try:
             value: PromptTokens | None = PromptTokens(chat_tokenizer(model))
+            heap.settle(f"the {model} tokenizer")
         except Exception as exc:  # noqa: BLE001 - no tokenizer: rendezvous, said once
             log.warning("kv_events: no tokenizer for %s (%s); replica choice falls back",
                         model, exc)
