@@ -484,6 +484,8 @@ def run(args, *, keep_stack: bool = False) -> dict:
                                  log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
                                  checkpoint_h=args.checkpoint_h, prior=prior)
             res["headline"] = headline(res["tenant_ids"], since=res["since"])
+            # before the screenshot restamps the rows to month time (``since`` is wall time)
+            res["frontier"] = frontier_pass_rate(res["tenant_ids"], since=res["since"])
             results.append(res)
             print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "
                   f"{res['wall_s']:.0f} s", flush=True)
@@ -498,8 +500,7 @@ def run(args, *, keep_stack: bool = False) -> dict:
                 screenshot(stack, PERIOD, args.screenshot)
             by_name = {r["name"]: r for r in results}
             src = "no_routing" if "no_routing" in by_name else results[0]["name"]
-            frontier = {**frontier_pass_rate(by_name[src]["tenant_ids"],
-                                             since=by_name[src]["since"]), "source": src}
+            frontier = {**by_name[src]["frontier"], "source": src}
             text = report(month, results, args, frontier)
             if args.screenshot and shot_of in by_name:
                 text += (f"\n\nFinOps page of the replayed month ({shot_of} variant): "
