@@ -3,9 +3,11 @@ reference engine).
 
 What a gateway process loads once (torch and xgrammar for the grammar compiler, the
 embedding encoder, the pool models' tokenizers) is about a million objects that live as
-long as the process; the reference engine's model and torch are as many. A full collection walks all of them: 170-435 ms with the event loop
-stopped, every 1-3 s at 32 connections on a pool tier (bench/results/gateway_overhead.txt,
-gc callbacks on the gateway), which made p99 there 8x p50. ``settle`` runs one collection
+long as the process; the reference engine loads torch and its model, a heap of the same
+kind. A full collection walks all of them: in the gateway 170-435 ms with the event loop
+stopped, every 1-3 s at 32 connections on a pool tier (gc callbacks on the gateway under
+bench/gateway_overhead.py), which made p99 there ~8x p50 (bench/results/
+gateway_overhead.txt: 216-219 ms before, 28-38 ms after). ``settle`` runs one collection
 after such a load and then ``gc.freeze()``s every object alive, so later collections walk
 only what requests allocate since. Frozen objects are still freed by reference counting
 (an evicted cache entry goes as before); only a reference cycle that was alive at the
