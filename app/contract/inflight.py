@@ -52,16 +52,6 @@ def gateway_process_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def _write_cmds(k: Keys, gid: str, replica_id: Hashable, count: int, now: float,
-                ttl_s: int) -> list[tuple[str, tuple]]:
-    inflight = k.replica_inflight(replica_id)
-    seen = k.replica_inflight_seen(replica_id)
-    if count <= 0:
-        return [("hdel", (inflight, gid)), ("hdel", (seen, gid))]
-    return [("hset", (inflight, gid, count)), ("hset", (seen, gid, f"{now:.3f}")),
-            ("expire", (inflight, 2 * ttl_s)), ("expire", (seen, 2 * ttl_s))]
-
-
 # A Lua function: the load of one replica from its inflight and inflight_seen hashes and its
 # stats hash at (now, ttl); the same rule as the Python readers had: a gateway's count
 # counts while its seen time is within ttl, plus the scraped queue, each floored at 0.
@@ -130,18 +120,26 @@ def parse_load(raw: Any) -> float:
     return float(raw.decode() if isinstance(raw, bytes) else raw)
 
 
-_LOAD_NAMES: dict[tuple, list[str]] = {}   # (namespace, replica ids) -> the script's KEYS
+def script_keys(memo: dict, keys: Keys, replica_ids, build) -> list[str]:
+    """A script's KEYS for these replicas, ``build(keys, replica_ids)`` once per
+    (namespace, replica ids) in ``memo`` (S03 reads them on every request; formatting the
+    names each time cost more than the rest of the call's arguments)."""
+    at = (keys.ns, tuple(replica_ids))
+    names = memo.get(at)
+    if names is None:
+        names = build(keys, replica_ids)
+        if len(memo) >= 1024:
+            memo.clear()
+        memo[at] = names
+    return names
+
+
+_LOAD_NAMES: dict[tuple, list[str]] = {}
 
 
 def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> tuple[list, list]:
-    at = (ns.ns if isinstance(ns, Keys) else ns, tuple(ids))
-    names = _LOAD_NAMES.get(at)
-    if names is None:
-        names = load_keys(_keys(ns), ids)
-        if len(_LOAD_NAMES) >= 1024:
-            _LOAD_NAMES.clear()
-        _LOAD_NAMES[at] = names
-    return names, [repr(time.time() if now is None else now), ttl_s]
+    return (script_keys(_LOAD_NAMES, _keys(ns), ids, load_keys),
+            [repr(time.time() if now is None else now), ttl_s])
 
 
 def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
@@ -165,15 +163,10 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 
-def _queue(pipe, cmds: list[tuple[str, tuple]]) -> None:
-    for name, args in cmds:
-        getattr(pipe, name)(*args)
-
-
 # One replica's count for this gateway in one call (acquire and release run it per proxied
 # request: a 4-command pipeline cost the gateway about three times the CPU of one EVALSHA).
-# KEYS: inflight, inflight_seen; ARGV: gateway id, count, now, expiry (s). The same writes
-# as ``_write_cmds``.
+# KEYS: inflight, inflight_seen; ARGV: gateway id, count, now, expiry (s). A count of 0
+# removes the gateway's fields.
 _BUMP_LUA = """
 if tonumber(ARGV[2]) <= 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
@@ -198,32 +191,26 @@ class _TrackerBase:
         self.ttl_s = ttl_s
         self.local: Counter = Counter()
 
+    def _write(self, replica_id: Hashable, count: int) -> tuple[list, list]:
+        """``_BUMP``'s (keys, args): this process's count on ``replica_id``, seen now."""
+        return ([self.k.replica_inflight(replica_id), self.k.replica_inflight_seen(replica_id)],
+                [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s])
+
     def _bump(self, replica_id: Hashable, delta: int) -> tuple[list, list]:
-        """``_BUMP``'s (keys, args) for this process's new count on ``replica_id``."""
         self.local[replica_id] = max(0, self.local[replica_id] + delta)
         count = self.local[replica_id]
         if count == 0:
             del self.local[replica_id]
-        return ([self.k.replica_inflight(replica_id), self.k.replica_inflight_seen(replica_id)],
-                [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s])
+        return self._write(replica_id, count)
 
-    def _refresh_cmds(self) -> list[tuple[str, tuple]]:
-        now = time.time()
-        cmds = []
-        for rid, count in list(self.local.items()):
-            cmds += _write_cmds(self.k, self.gateway_id, rid, count, now, self.ttl_s)
-        return cmds
+    def _live(self) -> list[tuple[list, list]]:
+        """What ``refresh`` writes: every count this process holds, seen now."""
+        return [self._write(rid, count) for rid, count in list(self.local.items())]
 
 
 class InflightTracker(_TrackerBase):
     """This gateway process's in-flight counts. Call ``refresh()`` every ``ttl_s / 3``
     seconds while requests are in flight, or the load expires for readers."""
-
-    def _run(self, cmds: list[tuple[str, tuple]]) -> None:
-        if cmds:
-            pipe = self.redis.pipeline(transaction=False)
-            _queue(pipe, cmds)
-            pipe.execute()
 
     def acquire(self, replica_id: Hashable) -> None:
         _BUMP(self.redis, *self._bump(replica_id, +1))
@@ -232,7 +219,8 @@ class InflightTracker(_TrackerBase):
         _BUMP(self.redis, *self._bump(replica_id, -1))
 
     def refresh(self) -> None:
-        self._run(self._refresh_cmds())
+        for write in self._live():
+            _BUMP(self.redis, *write)
 
     @contextmanager
     def track(self, replica_id: Hashable):
@@ -246,12 +234,6 @@ class InflightTracker(_TrackerBase):
 class AsyncInflightTracker(_TrackerBase):
     """``InflightTracker`` on ``redis.asyncio``, for the Starlette gateway."""
 
-    async def _run(self, cmds: list[tuple[str, tuple]]) -> None:
-        if cmds:
-            pipe = self.redis.pipeline(transaction=False)
-            _queue(pipe, cmds)
-            await pipe.execute()
-
     async def acquire(self, replica_id: Hashable) -> None:
         await _BUMP.acall(self.redis, *self._bump(replica_id, +1))
 
@@ -259,7 +241,8 @@ class AsyncInflightTracker(_TrackerBase):
         await _BUMP.acall(self.redis, *self._bump(replica_id, -1))
 
     async def refresh(self) -> None:
-        await self._run(self._refresh_cmds())
+        for write in self._live():
+            await _BUMP.acall(self.redis, *write)
 
     @asynccontextmanager
     async def track(self, replica_id: Hashable):

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import msgspec
 
 from app.contract.inflight import DEFAULT_TTL_S as LOAD_TTL_S
-from app.contract.inflight import LOAD_LUA, Lua, load_keys, parse_load
+from app.contract.inflight import LOAD_LUA, Lua, load_keys, parse_load, script_keys
 from app.contract.keys import Keys
 from app.core.kv_keys import KVEvent
 
@@ -181,21 +181,20 @@ return out
 _ROUTE = Lua(_ROUTE_LUA)
 
 
-_ROUTE_NAMES: dict[tuple, list[str]] = {}   # (namespace, replica ids) -> the script's KEYS
+_ROUTE_NAMES: dict[tuple, list[str]] = {}
+
+
+def _route_keys(keys: Keys, replica_ids) -> list[str]:
+    names: list[str] = []
+    for rid in replica_ids:
+        names += load_keys(keys, [rid])
+        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
+    return names
 
 
 def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int
                 ) -> tuple[list, list]:
-    at = (keys.ns, tuple(replica_ids))
-    names = _ROUTE_NAMES.get(at)
-    if names is None:
-        names = []
-        for rid in replica_ids:
-            names += load_keys(keys, [rid])
-            names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
-        if len(_ROUTE_NAMES) >= 1024:
-            _ROUTE_NAMES.clear()
-        _ROUTE_NAMES[at] = names
+    names = script_keys(_ROUTE_NAMES, keys, replica_ids, _route_keys)
     now = time.time()
     return names, [repr(now), load_ttl_s, repr(now - stale_s),
                    b"".join(block_id(h) for h in chain)]
