@@ -207,13 +207,27 @@ async def run_window(stack: Stack, keys: dict[str, str], model: str, window: lis
         await asyncio.gather(*(one(u) for u in window))
 
 
+ABLATION = ("full", "no_cache", "no_minify", "no_prefix", "no_routing")
+# an ablation pass: no off-path exploration (its labels would only feed learning, which is
+# frozen; its runs would slow tier 1 for the passes after)
+ABLATION_FROZEN = {"explore_pct": 0.0}
+
+
 def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                    log=print, warmup_h: int = WARMUP_H,
                    checkpoint_h: int = CHECKPOINT_H,
-                   prior: list[traffic.Month] | None = None) -> dict:
+                   prior: list[traffic.Month] | None = None,
+                   ablate: list[str] | None = None) -> dict:
     """Replay ``month`` for the variant's own tenants; with ``prior`` months, those are
     replayed first through the same tenants (flywheel, routers and caches carry over) and
-    every figure is read from the measured month's rows only (``since``)."""
+    every figure is read from the measured month's rows only (``since``).
+
+    With ``ablate`` (steady state only), the measured month is replayed once per name in it,
+    each pass from the same state: the one the prior months left (adapters, routers, the
+    cache's Redis keys restored before each pass), with learning frozen (no router training,
+    no flywheel step, no exploration) and the pass's stage switched off by its policy (or,
+    for no_routing, by the model the clients name). Each pass's figures are read from its
+    own rows (``res["ablation"]``: ``since``/``until`` per pass)."""
     policy, model = VARIANTS[name]
     tenants = {t.name: stack.make_tenant(f"{t.name}-{name}", t.department,
                                          {"frontier_first_hours": warmup_h, **policy})
@@ -227,18 +241,32 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
         if name == "full_adapters" else None
     offpath_wait = 0.0
     warm = True
-    months = list(prior or ()) + [month]
     end_h = traffic.MONTH_DAYS * 24
+    # passes: (month, None for a prior month, else the measured pass's name)
+    passes = [(m, None) for m in prior or ()] + \
+        ([(month, v) for v in ablate] if ablate else [(month, name)])
     sent_before = judged_before = 0
     since = None
     sent_prior: list[list[dict]] = []
-    for m_i, this in enumerate(months):
-        measured = m_i == len(months) - 1
+    ablation: list[dict] = []
+    fork: tuple[dict, dict] | None = None     # (policy values, cache keys) at the fork
+    for p_i, (this, label) in enumerate(passes):
+        measured = label is not None
+        m_i = min(p_i, len(prior or ()))          # every ablation pass is the same month
+        learn = not ablate or not measured
         if measured and prior:
-            # the prior months' rows are all in before the measured month starts
+            # the rows before are all in before the measured month (or this pass) starts
             stack.wait_ledger(ids, sent_before, judged_before)
+            if ablate:
+                if fork is None:
+                    fork = (stack.policy_values(ids[0]), stack.cache_snapshot())
+                    log(f"  [{name}] fork: {len(fork[1])} cache keys kept for every pass")
+                stack.cache_restore(fork[1])
+                stack.replace_policy(ids, {**fork[0], **ABLATION_FROZEN, **VARIANTS[label][0]})
+                model = VARIANTS[label][1]
+                versions0 = stack.router_versions(ids)
             since = datetime.now(timezone.utc)
-            if wheel is not None:
+            if wheel is not None and (not ablate or label == "full"):
                 wheel.mark_measured(m_i * end_h)
         all_units = units(this)
         sent: list[dict] = []
@@ -255,23 +283,51 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
             window = [u for u in all_units if lo <= u[0]["at"] < hi]
             if window:
                 asyncio.run(run_window(stack, keys, model, window, conc, sent))
-            if wheel is not None:
+            if wheel is not None and learn:
                 offpath_wait += stack.engines_idle(stack.engine_urls[:stack.t1])
             stack.drain()
-            if wheel is not None:
+            if wheel is not None and learn:
                 wheel.step(month_h + checkpoint_h)
                 stack.drain()
-            if not warm:
+            if not warm and learn:
                 trained_here += [t for t in stack.train_due_routers() if t.get("trained")]
             if start_h % (10 * checkpoint_h) == 0:
-                tag = f"month {m_i + 1}/{len(months)} " if prior else ""
+                tag = f"month {m_i + 1}/{len(prior or ()) + 1} " if prior else ""
+                tag += f"pass {label} " if ablate and measured else ""
                 log(f"  [{name}] {tag}day {start_h // 24:2d}: {len(sent)} sent, "
                     f"{time.perf_counter() - t0:.0f} s")
         trained += trained_here
-        if not measured:
-            sent_prior.append(sent)
+        if not measured or ablate:
+            # a prior month, or an ablation pass: the next pass waits for its rows
+            if not measured:
+                sent_prior.append(sent)
             sent_before += len(sent)
             judged_before += sum(1 for s in sent if s.get("feedback") == 202)
+        if measured and ablate:
+            wall = time.perf_counter() - t0
+            rows = stack.wait_ledger(ids, sent_before, judged_before)
+            until = datetime.now(timezone.utc)
+            if wheel is not None and label == "full":
+                wheel.until = until
+            ablation.append({"name": label, "since": since, "until": until, "sent": sent,
+                             "wall_s": wall, "ledger_rows": rows - (sent_before - len(sent)),
+                             "routers_before": versions0,
+                             "routers_after": stack.router_versions(ids)})
+            h = headline(ids, since=since, until=until)     # logged now: a long run's passes
+            log(f"  [{name}] pass {label} done: {h['rows']} rows, cost {fmt_usd(h['cost'])} vs "
+                f"{fmt_usd(h['baseline'])} ({h['cut']:.1%} cut), pass rate {h['pass_rate']:.2%}, "
+                f"mix {h['mix']}, routers {'unchanged' if versions0 == ablation[-1]['routers_after'] else 'CHANGED'}, "
+                f"{wall:.0f} s")
+    if ablate:
+        stack.replace_policy(ids, fork[0])
+        full = next((a for a in ablation if a["name"] == "full"), ablation[0])
+        return {"name": name, "tenant_ids": ids, "sent": full["sent"], "wall_s": full["wall_s"],
+                "trained": [], "trained_prior": trained, "since": full["since"],
+                "until": full["until"], "prior_months": len(prior or ()),
+                "sent_prior": sent_prior, "ledger_rows": full["ledger_rows"],
+                "flywheel": wheel.report() if wheel is not None else None,
+                "paused_s": 0.0, "paused_prior_s": wheel.paused_s if wheel is not None else 0.0,
+                "offpath_wait_s": 0.0, "ablation": ablation}
     wall = time.perf_counter() - t0
     rows = stack.wait_ledger(ids, sent_before + len(sent),
                              judged_before + sum(1 for s in sent if s.get("feedback") == 202))
@@ -305,7 +361,7 @@ def verdict(h: dict, res: dict, frontier: dict) -> list[str]:
                    + " of the validated answers it served; every request sent below the "
                      "frontier costs quality at that rate")
     promoted = sum(1 for t in res["trained"] if t.get("status") == "active")
-    if not promoted:
+    if not promoted and not res.get("ablation"):
         where = "the frontier (frontier_until_router)" if VARIANTS[res["name"]][0].get(
             "frontier_until_router") else "tier 2 by default (S01_DEFAULT_TIER2)"
         out.append(f"    routers: {len(res['trained'])} versions trained, none promoted, so after "
@@ -390,24 +446,56 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
                      f"{len(r['trained'])} versions trained"
                      + (f" in the measured month ({sum(1 for t in r['trained_prior'] if t.get('status') == 'active')}"
                         f" of {len(r['trained_prior'])} with the prior months; training paused the "
-                        f"prior months' clock {r['paused_prior_s']:.0f} s)" if r.get("prior_months") else ""))
+                        f"prior months' clock {r['paused_prior_s']:.0f} s)" if r.get("prior_months") else "")
+                     + ("; learning frozen in this pass (see the ablation below)"
+                        if r.get("ablation") else ""))
         lines += verdict(h, r, frontier)
         if r.get("flywheel"):
             lines += [""] + r["flywheel"]
     start = f"after {k} prior month(s)" if k else "cold start"
-    lines += ["", f"Ablation: the same month, each stage off (own tenants, {start}), from the ledger:",
-              f"  {'variant':<11} {'rows':>5} {'cost':>12} {'cut':>7} {'rel.q':>7} "
-              f"{'cache':>6} {'T1':>6} {'T2':>6} {'T3':>6} {'$/1k':>10} {'p50 ms':>7} "
-              f"{'p95 ms':>7} {'wall s':>6}"]
-    for r in results:
+    passes = [(r["name"], a) for r in results for a in r.get("ablation") or ()]
+    if passes:
+        lines += ["", f"Ablation: the measured month replayed once per row through the "
+                      f"{passes[0][0]} tenants, every pass from the state the {k} prior month(s) "
+                      f"left (adapters, routers, and the cache's Redis keys restored before each "
+                      f"pass), learning frozen (no router training, no flywheel step, exploration "
+                      f"off), the row's stage switched off; from each pass's own ledger rows:"]
+        rows = [(a["name"], a) for _, a in passes]
+    else:
+        lines += ["", f"Ablation: the same month, each stage off (own tenants, {start}), "
+                      f"from the ledger:"]
+        rows = [(r["name"], r) for r in results]
+    lines.append(f"  {'variant':<11} {'rows':>5} {'cost':>12} {'cut':>7} {'rel.q':>7} "
+                 f"{'cache':>6} {'T1':>6} {'T2':>6} {'T3':>6} {'$/1k':>10} {'p50 ms':>7} "
+                 f"{'p95 ms':>7} {'wall s':>6}")
+    for n, r in rows:
         h = r["headline"]
         hits = h["mix"].get("cache exact", 0) + h["mix"].get("cache semantic", 0)
         lines.append(
-            f"  {r['name']:<11} {h['rows']:>5} {fmt_usd(h['cost']):>12} {h['cut']:>7.1%} "
+            f"  {n:<11} {h['rows']:>5} {fmt_usd(h['cost']):>12} {h['cut']:>7.1%} "
             f"{rel(h, frontier):>7.2%} {hits / h['rows']:>6.1%} "
             + " ".join(f"{h['mix'].get(t, 0) / h['rows']:>6.1%}" for t in ("tier-1", "tier-2", "tier-3"))
             + f" {fmt_usd(h['per_1k']):>10} {h['ttft_p50']:>7.0f} {h['ttft_p95']:>7.0f} "
             f"{r['wall_s']:>6.0f}")
+    if passes:
+        lines.append("  each stage's share, as the pass with it off costs more than the full pass "
+                     "(the ledger's per-stage savings of the full pass beside it):")
+        full = rows[0][1]["headline"]
+        stage_of = {"no_cache": "cache", "no_routing": "routing", "no_minify": "minify",
+                    "no_prefix": "prefix"}
+        for n, a in rows:
+            if n in stage_of:
+                extra = a["headline"]["cost"] - full["cost"]
+                lines.append(f"      {stage_of[n]:<8} off: +{fmt_usd(extra)} "
+                             f"({a['headline']['cost'] / full['cost'] if full['cost'] else 0:.2f}x "
+                             f"the full pass's cost); the ledger's {stage_of[n]} savings in the "
+                             f"full pass {fmt_usd(full['stages'].get(stage_of[n], Decimal(0)))}")
+        for n, a in rows:
+            before, after = a["routers_before"], a["routers_after"]
+            changed = {s: (before.get(s), v) for s, v in after.items() if before.get(s) != v}
+            lines.append(f"  routers during pass {n}: " + (
+                "unchanged" if not changed else "CHANGED (beat's hourly training): " + ", ".join(
+                    f"{s} v{b}->v{v}" for s, (b, v) in changed.items())))
     return "\n".join(lines)
 
 
@@ -432,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prior-months", type=int, default=0,
                     help="months replayed first through each variant's tenants (steady state: "
                          "flywheel, routers and caches carry over); figures from the last only")
+    ap.add_argument("--ablate", default="",
+                    help="with --prior-months: replay the measured month once per stage-off "
+                         f"variant from the state the prior months left, learning frozen "
+                         f"(e.g. {','.join(ABLATION)}); the table's rows")
     ap.add_argument("--distill-min-traces", type=int, default=flywheel.DISTILL_MIN_TRACES,
                     help="full_adapters: the tenants' distill_min_traces (scaled)")
     ap.add_argument("--train-budget-s", type=float, default=flywheel.TRAIN_BUDGET_S,
@@ -478,14 +570,27 @@ def run(args, *, keep_stack: bool = False) -> dict:
               f"db {stack.db_name}", flush=True)
         results = []
         names = args.variants.split(",")
+        ablate = [v for v in getattr(args, "ablate", "").split(",") if v] or None
+        if ablate and (not prior or set(ablate) - set(VARIANTS)):
+            raise SystemExit(f"--ablate takes --prior-months >= 1 and names of {list(VARIANTS)}")
         shot_of = next((n for n in HEADLINED if n in names), names[0])   # the page's variant
         for name in names:
             res = replay_variant(stack, month, name, args.conc,
                                  log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
-                                 checkpoint_h=args.checkpoint_h, prior=prior)
-            res["headline"] = headline(res["tenant_ids"], since=res["since"])
+                                 checkpoint_h=args.checkpoint_h, prior=prior, ablate=ablate)
+            for a in res.get("ablation") or ():
+                a["headline"] = headline(res["tenant_ids"], since=a["since"], until=a["until"])
+                a["frontier"] = frontier_pass_rate(res["tenant_ids"], since=a["since"],
+                                                   until=a["until"])
+            res["headline"] = headline(res["tenant_ids"], since=res["since"],
+                                       until=res.get("until"))
             # before the screenshot restamps the rows to month time (``since`` is wall time)
-            res["frontier"] = frontier_pass_rate(res["tenant_ids"], since=res["since"])
+            res["frontier"] = frontier_pass_rate(res["tenant_ids"], since=res["since"],
+                                                 until=res.get("until"))
+            if res.get("ablation"):
+                # the frontier's pass rate: the pass that sent everything to it, if any
+                res["frontier"] = next((a["frontier"] for a in res["ablation"]
+                                        if a["name"] == "no_routing"), res["frontier"])
             results.append(res)
             print(f"  [{name}] done: {res['ledger_rows']} ledger rows, "
                   f"{res['wall_s']:.0f} s", flush=True)
@@ -500,7 +605,9 @@ def run(args, *, keep_stack: bool = False) -> dict:
                 screenshot(stack, PERIOD, args.screenshot)
             by_name = {r["name"]: r for r in results}
             src = "no_routing" if "no_routing" in by_name else results[0]["name"]
-            frontier = {**by_name[src]["frontier"], "source": src}
+            if ablate and "no_routing" in ablate:
+                src = f"{results[0]['name']}'s no_routing pass"
+            frontier = {**by_name.get("no_routing", results[0])["frontier"], "source": src}
             text = report(month, results, args, frontier)
             if args.screenshot and shot_of in by_name:
                 text += (f"\n\nFinOps page of the replayed month ({shot_of} variant): "

@@ -83,6 +83,7 @@ class Flywheel:
         self.prior_months = prior_months
         self.measured_h = 0            # month-hour the measured month starts (prior months)
         self.since = None              # wall time it started: the report's rows from then
+        self.until = None              # an ablation's measured pass ends here (wall time)
 
     def mark_measured(self, hour: int) -> None:
         from datetime import datetime, timezone
@@ -307,6 +308,8 @@ class Flywheel:
                  f"  {'tenant/workflow':<36} {'req':>4} {'traces':>6} {'offline lora/base':>17} "
                  f"{'shadow agreed':>13} {'adapter':>10} {'router':>22} {'T1 rows':>7} {'T1 pass':>7}"]
         since = [L.at >= self.since] if self.since is not None else []
+        if self.until is not None:
+            since.append(L.at < self.until)
         if self.since is not None:
             lines.insert(1, f"  (req and T1 columns: the measured month; the rest: since the "
                             f"first of the {self.prior_months} prior month(s))")

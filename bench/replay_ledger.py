@@ -57,24 +57,27 @@ def _stages_from_rows(rows, tiers: dict[str, Any]) -> dict[str, Decimal]:
     return out
 
 
-def _since(L, since: datetime | None):
-    """Rows of the measured month only (a replay with prior months): booked at or after it."""
-    return sa.true() if since is None else L.at >= since
+def _since(L, since: datetime | None, until: datetime | None = None):
+    """Rows of the measured month only (a replay with prior months): booked at or after
+    ``since`` and, for one pass of a steady-state ablation, before ``until``."""
+    out = sa.true() if since is None else L.at >= since
+    return out if until is None else sa.and_(out, L.at < until)
 
 
-def headline(tenant_ids: list[int], since: datetime | None = None) -> dict[str, Any]:
+def headline(tenant_ids: list[int], since: datetime | None = None,
+             until: datetime | None = None) -> dict[str, Any]:
     from app.catalog.models import Tier
     from app.extensions import db
     L = _entries()
     db.session.expire_all()
-    mine = sa.and_(L.tenant_id.in_(tenant_ids), L.kind == "request", _since(L, since))
+    mine = sa.and_(L.tenant_id.in_(tenant_ids), L.kind == "request", _since(L, since, until))
     rows = list(db.session.scalars(sa.select(L).where(mine)))
     n = len(rows)
     cost = sum((r.cost_usd for r in rows), Decimal(0))
     baseline = sum((r.baseline_cost_usd for r in rows), Decimal(0))
     shadow_cost, shadow_rows = db.session.execute(sa.select(
         sa.func.coalesce(sa.func.sum(L.cost_usd), 0), sa.func.count())
-        .where(L.tenant_id.in_(tenant_ids), L.kind == "shadow", _since(L, since))).one()
+        .where(L.tenant_id.in_(tenant_ids), L.kind == "shadow", _since(L, since, until))).one()
     mix: dict[str, int] = {}
     for r in rows:
         k = f"cache {r.cache}" if r.cache != "miss" else (r.tier or "failed")
@@ -124,11 +127,12 @@ def headline(tenant_ids: list[int], since: datetime | None = None) -> dict[str, 
             "escalated": sum(1 for r in rows if r.escalated)}
 
 
-def frontier_pass_rate(tenant_ids: list[int], since: datetime | None = None) -> dict[str, Any]:
+def frontier_pass_rate(tenant_ids: list[int], since: datetime | None = None,
+                       until: datetime | None = None) -> dict[str, Any]:
     """Validator pass rate of the rows the frontier tier served (cache misses)."""
     from app.extensions import db
     L = _entries()
-    rows = db.session.scalars(sa.select(L).where(L.tenant_id.in_(tenant_ids), _since(L, since),
+    rows = db.session.scalars(sa.select(L).where(L.tenant_id.in_(tenant_ids), _since(L, since, until),
                                                  L.kind == "request", L.cache == "miss",
                                                  L.tier == "tier-3"))
     verdicts = [v for v in (_passed(r.payload) for r in rows) if v is not None]

@@ -267,6 +267,61 @@ class Stack:
         db.session.commit()
         self.publish()
 
+    def replace_policy(self, tenant_ids: list[int], values: dict) -> None:
+        """Set these tenants' policy to exactly ``values`` (an ablation pass: the stage it
+        switched off is switched back on by the next pass's values, not left behind)."""
+        from app.extensions import db
+        from app.policies.models import Policy
+        for p in db.session.scalars(db.select(Policy).where(Policy.tenant_id.in_(tenant_ids))):
+            p.values = dict(values)
+        db.session.commit()
+        self.publish()
+
+    def policy_values(self, tenant_id: int) -> dict:
+        from app.extensions import db
+        from app.policies.models import Policy
+        db.session.expire_all()
+        return dict(db.session.scalar(db.select(Policy.values).where(Policy.tenant_id == tenant_id)))
+
+    def router_versions(self, tenant_ids: list[int]) -> dict[str, int]:
+        """scope -> active router version of these tenants (an ablation checks that its
+        passes ran on the same routers: beat's hourly router.schedule_training still runs)."""
+        from app.cascade.models import RouterModel
+        from app.extensions import db
+        db.session.expire_all()
+        mine = {str(t) for t in tenant_ids}
+        return {m.scope: m.version for m in db.session.scalars(
+            db.select(RouterModel).where(RouterModel.status == "active"))
+            if m.scope == "global" or m.scope.split(":")[1] in mine}
+
+    def cache_snapshot(self) -> dict[bytes, tuple[bytes, int]]:
+        """Every cache key of this stack's namespace (entries, buckets, indexes), dumped
+        with its remaining TTL: the state an ablation's passes each start from."""
+        import redis
+        from app.contract.keys import Keys
+        r = redis.Redis.from_url(REDIS_URL)
+        out = {}
+        for key in r.scan_iter(Keys(self.ns).cache("*"), count=1000):
+            raw, ttl = r.dump(key), r.pttl(key)
+            if raw is not None:
+                out[key] = (raw, max(ttl, 0))    # pttl -1: no expiry -> RESTORE ttl 0
+        return out
+
+    def cache_restore(self, snap: dict[bytes, tuple[bytes, int]]) -> int:
+        """Drop every cache key of the namespace (what the pass before wrote and evicted)
+        and put ``snap`` back; returns the keys restored."""
+        import redis
+        from app.contract.keys import Keys
+        r = redis.Redis.from_url(REDIS_URL)
+        keys = list(r.scan_iter(Keys(self.ns).cache("*"), count=1000))
+        for i in range(0, len(keys), 500):
+            r.delete(*keys[i:i + 500])
+        pipe = r.pipeline(transaction=False)
+        for key, (raw, ttl) in snap.items():
+            pipe.restore(key, ttl, raw, replace=True)
+        pipe.execute()
+        return len(snap)
+
     def publish(self) -> int:
         from app.snapshot.service import publish
         version = publish()
