@@ -170,6 +170,31 @@ FIELDS: dict[str, Field] = {
 
 DEFAULTS: dict[str, Any] = {name: f.default for name, f in FIELDS.items()}
 
+# The policy fields that can change the text of an answer, by what in a request they act on
+# (app.contract.cache.keys.policy_hash puts them in the cache key), and ROUTING_FIELDS: the
+# ones that decide only whether, where or by which tier a request is served, how a cache
+# lookup matches, or what the flywheel learns. Editing one of those (exploration, τ, the
+# warm-up, a rate limit) must not orphan a tenant's cached answers. The two partition
+# FIELDS (a test holds it): a field in neither counts as answer-shaping everywhere.
+ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
+    "any": ("max_tokens_cap",),
+    "schema": ("minify_enabled", "minify_enums", "minify_alias_style", "minify_compact_json",
+               "minify_style_hint", "schema_error_action"),
+    "tools": ("minify_enabled", "minify_tools", "minify_enums", "minify_alias_style",
+              "minify_compact_json", "minify_style_hint", "tool_retrieval", "tool_retrieval_k",
+              "tool_retrieval_stubs", "tool_retrieval_full", "tool_retrieval_pinned",
+              "tool_retrieval_workflows"),
+}
+ROUTING_FIELDS = frozenset((
+    "cache_enabled", "cache_similarity_threshold", "cache_ttl_s", "cache_max_temperature",
+    "cache_verified_only", "cache_verify_floor", "cache_error_bound", "cache_verify_sample_pct",
+    "router_tau_1", "router_tau_2", "margin_gamma", "margin_window_tokens",
+    "bounded_load_factor", "frontier_first_hours", "frontier_until_router",
+    "distill_min_traces", "shadow_concordance", "canary_max_error_rate",
+    "canary_min_pass_rate", "explore_pct", "router_max_regret", "allowed_tiers",
+    "allow_explicit_tier", "cache_salt", "session_key", "prefix_key_tokens", "replica_choice",
+    "rate_limit_rpm"))
+
 
 def _coerce(name: str, f: Field, raw: Any) -> Any:
     if f.kind is bool:

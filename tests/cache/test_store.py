@@ -73,9 +73,11 @@ def test_sampling_params_and_policy_are_part_of_the_key(store):
     q = "List three uses of Redis streams"
     put(store, "t1", q)
     assert probe(store, "t1", q, max_tokens=5) is None
-    other_policy = {**POLICY, "router_tau_1": 0.9}
-    key = build_key("t1", other_policy, "auto", body(q))
-    assert store.lookup(key, embed(key.text), TH) is None
+    # a policy field that shapes the answer misses; one that only routes keeps the entry
+    capped = build_key("t1", {**POLICY, "max_tokens_cap": 64}, "auto", body(q))
+    assert store.lookup(capped, embed(capped.text), TH) is None
+    retuned = build_key("t1", {**POLICY, "router_tau_1": 0.9, "explore_pct": 0.0}, "auto", body(q))
+    assert store.lookup(retuned, embed(retuned.text), TH).kind == "exact"
 
 
 def test_multi_turn_key_covers_the_conversation(store):

@@ -1,12 +1,14 @@
 """Cache keys: what two requests must share to get the same answer. Pure."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from app.contract.cache.embedding import fits_window, question_text, semantic_text
+from app.contract.policy import ANSWER_FIELDS, ROUTING_FIELDS
 from app.core.entities import EntityProfile, entity_profile
 
 # Body fields that change the answer (besides messages and the model).
@@ -22,20 +24,36 @@ def _h(obj: Any) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-_POLICY_HASHES: dict[int, tuple[Mapping[str, Any], str]] = {}
+_POLICY_HASHES: dict[tuple[int, bool, bool], tuple[Mapping[str, Any], str]] = {}
 
 
-def policy_hash(policy: Mapping[str, Any]) -> str:
-    """Remembered per policy object: the gateway's policies are the snapshot's dicts, never
-    changed in place (a new snapshot brings new objects), and hashing one costs as much as a
-    cache lookup. The entry holds the object, so its id cannot be reused while remembered."""
-    known = _POLICY_HASHES.get(id(policy))
+@functools.lru_cache(maxsize=4)
+def _left_out(schema: bool, tools: bool) -> frozenset[str]:
+    """Fields outside the key of such a request: routing ones, and answer-shaping ones that
+    act on what it does not carry (a schema, tools)."""
+    applies = set(ANSWER_FIELDS["any"])
+    applies.update(ANSWER_FIELDS["schema"] if schema else ())
+    applies.update(ANSWER_FIELDS["tools"] if tools else ())
+    answer = {f for fields in ANSWER_FIELDS.values() for f in fields}
+    return frozenset(ROUTING_FIELDS | (answer - applies))
+
+
+def policy_hash(policy: Mapping[str, Any], schema: bool = False, tools: bool = False) -> str:
+    """The part of a tenant's policy that can change the answer to a request with (or
+    without) a response schema and tools (``ANSWER_FIELDS``), hashed. Routing, budget,
+    lookup and learning fields are left out, so editing them keeps the tenant's cached
+    answers. Remembered per policy object: the gateway's policies are the snapshot's dicts,
+    never changed in place (a new snapshot brings new objects), and hashing one costs as much
+    as a cache lookup. The entry holds the object, so its id cannot be reused while
+    remembered."""
+    memo = (id(policy), schema, tools)
+    known = _POLICY_HASHES.get(memo)
     if known is not None and known[0] is policy:
         return known[1]
-    digest = _h(dict(policy))[:16]
+    digest = _h({k: v for k, v in policy.items() if k not in _left_out(schema, tools)})[:16]
     if len(_POLICY_HASHES) >= 4096:
         _POLICY_HASHES.clear()
-    _POLICY_HASHES[id(policy)] = (policy, digest)
+    _POLICY_HASHES[memo] = (policy, digest)
     return digest
 
 
@@ -90,7 +108,9 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
         schema = body.get("response_format")
     sampling = {f: body[f] for f in SAMPLING_FIELDS if f in body and f != "response_format"}
     sampling.setdefault("temperature", OPENAI_DEFAULT_TEMPERATURE)
-    ph, sv, tenant = policy_hash(policy), schema_version(schema), str(tenant_id)
+    has_tools = bool(body.get("tools") or body.get("functions"))
+    ph = policy_hash(policy, schema not in (None, "", {}), has_tools)
+    sv, tenant = schema_version(schema), str(tenant_id)
     norm = _norm_messages(messages)
     last_user = max((i for i, m in enumerate(norm) if m.get("role") == "user"), default=len(norm))
     exact = _h([tenant, ph, sv, model, sampling, norm])
