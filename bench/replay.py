@@ -4,6 +4,7 @@ from the ledger and the same replay with each stage switched off.
     .venv/bin/python bench/replay.py [--n 1000] [--seed 0] [--variants full,no_cache,...]
                                      [--screenshot docs/finops-replay.png]
                                      [--prior-months 1]   # steady state: see below
+                                     [--ablate full,no_cache,no_routing,no_prefix,no_minify]
 
 Traffic: bench/replay_traffic.py (the bench's own generator, stated there): three tenants,
 five workflows of the seed's categories (invoice extraction with a JSON schema, support
@@ -48,6 +49,18 @@ production's second month; the headline, the flywheel table's request and tier-1
 and the frontier pass rate are read from the measured month's ledger rows only (booked
 after it started). Without it, a month starts cold: traces, training, shadow, approval and
 the router's labels take most of it.
+
+Steady-state ablation (``--ablate`` with ``--prior-months``): replaying K prior months per
+variant costs about 1.5 h of this box each, and each variant would learn its own adapters
+(another draw of the flywheel, not the same system with one stage off). Instead the prior
+months run once, through the (one) variant's tenants, and the measured month is then
+replayed once per name in --ablate from that state: before each pass the cache's Redis keys
+are put back as the prior months left them (what a pass wrote or evicted is dropped) and the
+policy is the fork's with the pass's stage switched off; learning is frozen in every pass
+(no router training or flywheel step, explore_pct 0), and the report says whether beat's
+hourly router training changed a router during a pass. Each pass's figures are read from
+its own ledger rows (between its start and its last row). Not reset between passes: the
+engines' prefix caches (salted per tenant, LRU) and the adapters' shadow runs.
 """
 from __future__ import annotations
 
