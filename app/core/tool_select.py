@@ -369,6 +369,10 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                 reasons.setdefault(pre, "prerequisite")
     extra = [names[i] for i in ranked if names[i] not in picked
              and reasons.get(names[i]) in (None, "called")][:max(0, stubs)]
+    # a stub's lookups go too, as stubs: a stub the model calls needs the id they return
+    # (read_email sent as a stub without search_emails could not be used)
+    extra += [pre for n in extra for pre in prerequisite.get(n) or ()
+              if pre in names and pre not in reasons and pre not in extra]
     stubbed = [n for n in tail + extra if n not in in_full]
     for name in stubbed:
         if reasons.get(name) != "called":

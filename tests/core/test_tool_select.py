@@ -169,3 +169,19 @@ def test_with_full_only_the_best_scored_picks_go_in_full_and_the_rest_as_stubs()
                          similarity=[0.5, 0.1, 0.9, 0.3, 0.8])
     assert again.sent == sel.sent and again.reasons["gamma"] == "called"
     assert again.stubbed == sel.stubbed
+
+
+def test_a_stub_brings_its_lookup_as_a_stub():
+    from app.core.tool_select import prerequisites
+    pre = prerequisites(CATALOGUE)
+    names = [t["function"]["name"] for t in CATALOGUE]
+    # read_email ranks second: it goes as the one stub, and search_emails (whose ids it
+    # takes) goes with it as a stub, though it ranks last
+    sims = [0.0] * len(CATALOGUE)
+    sims[names.index("read_email")] = 0.5
+    sims[names.index("get_weather")] = 0.9
+    sel = select_tools(CATALOGUE, [], "auto", k=1, pinned=[], similarity=sims,
+                       prerequisite=pre, stubs=1)
+    assert sel.reasons == {"get_weather": "similar", "read_email": "stub",
+                           "search_emails": "stub"}
+    assert sel.stubbed == ["read_email", "search_emails"]
