@@ -421,6 +421,9 @@ def report(month: traffic.Month, results: list[dict], args, frontier: dict) -> s
             continue
         what = "full system" if r["name"] == "full" else \
             "full system with the LoRA flywheel run in the month"
+        if r.get("ablation"):
+            what += (" before it; this is the ablation's full pass, learning frozen in the "
+                     "measured month")
         paused = f", of which the month clock was paused {r['paused_s']:.0f} s for training " \
                  f"and {r['offpath_wait_s']:.0f} s waiting for tier 1's off-path runs " \
                  f"(in-flight caps {OFFPATH_CAPS})" if r.get("paused_s") else ""
