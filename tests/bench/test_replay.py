@@ -14,22 +14,26 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.fixture(scope="module")
-def replay(tmp_path_factory):
+def _replay(tmp_path_factory, **kw):
+    """bench.run on the tiny model through a real stack, kept up for the tests; stopped after."""
     from app.engine.model import build_tiny_llama
     sys.path.insert(0, str(BENCH))
     import replay as bench
     model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
     args = argparse.Namespace(
-        n=14, seed=3, variants="full", conc=4, t1_replicas=1, t2_replicas=1, screenshot="",
-        keep=False, warmup_h=24 * 12, checkpoint_h=72, out="", engine_model=str(model),
-        prior_months=1)
+        variants="full", conc=4, t1_replicas=1, t2_replicas=1, screenshot="", keep=False,
+        checkpoint_h=72, out="", engine_model=str(model), prior_months=1, **kw)
     result = bench.run(args, keep_stack=True)
     try:
         yield result
     finally:
         result["stack"].stop()
         sys.path.remove(str(BENCH))
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    yield from _replay(tmp_path_factory, n=14, seed=3, warmup_h=24 * 12)
 
 
 def test_every_request_sent_is_one_ledger_row(replay):
@@ -94,20 +98,8 @@ def ablation(tmp_path_factory):
     from the state it left (the last pass repeats the first: same state, same stage). Seed 19
     repeats a support question of the prior month (same tenant); the warm-up spans both months, so the
     frontier (gold) answers everything and every answer passes and stays cached."""
-    from app.engine.model import build_tiny_llama
-    sys.path.insert(0, str(BENCH))
-    import replay as bench
-    model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
-    args = argparse.Namespace(
-        n=30, seed=19, variants="full", conc=4, t1_replicas=1, t2_replicas=1, screenshot="",
-        keep=False, warmup_h=24 * 61, checkpoint_h=72, out="", engine_model=str(model),
-        prior_months=1, ablate="full,no_cache,no_routing,full")
-    result = bench.run(args, keep_stack=True)
-    try:
-        yield result
-    finally:
-        result["stack"].stop()
-        sys.path.remove(str(BENCH))
+    yield from _replay(tmp_path_factory, n=30, seed=19, warmup_h=24 * 61,
+                       ablate="full,no_cache,no_routing,full")
 
 
 def _hit_source(payload) -> str | None:
