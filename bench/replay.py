@@ -275,7 +275,8 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                     fork = (stack.policy_values(ids[0]), stack.cache_snapshot())
                     log(f"  [{name}] fork: {len(fork[1])} cache keys kept for every pass")
                 stack.cache_restore(fork[1])
-                stack.replace_policy(ids, {**fork[0], **ABLATION_FROZEN, **VARIANTS[label][0]})
+                stack.set_policy(ids, {**fork[0], **ABLATION_FROZEN, **VARIANTS[label][0]},
+                                 replace=True)
                 model = VARIANTS[label][1]
                 versions0 = stack.router_versions(ids)
             since = datetime.now(timezone.utc)
@@ -326,13 +327,14 @@ def replay_variant(stack: Stack, month: traffic.Month, name: str, conc: int,
                              "wall_s": wall, "ledger_rows": rows - (sent_before - len(sent)),
                              "routers_before": versions0,
                              "routers_after": stack.router_versions(ids)})
-            h = headline(ids, since=since, until=until)     # logged now: a long run's passes
+            # read now, so a long run's finished passes are in its log
+            h = ablation[-1]["headline"] = headline(ids, since=since, until=until)
             log(f"  [{name}] pass {label} done: {h['rows']} rows, cost {fmt_usd(h['cost'])} vs "
                 f"{fmt_usd(h['baseline'])} ({h['cut']:.1%} cut), pass rate {h['pass_rate']:.2%}, "
                 f"mix {h['mix']}, routers {'unchanged' if versions0 == ablation[-1]['routers_after'] else 'CHANGED'}, "
                 f"{wall:.0f} s")
     if ablate:
-        stack.replace_policy(ids, fork[0])
+        stack.set_policy(ids, fork[0], replace=True)
         full = next((a for a in ablation if a["name"] == "full"), ablation[0])
         return {"name": name, "tenant_ids": ids, "sent": full["sent"], "wall_s": full["wall_s"],
                 "trained": [], "trained_prior": trained, "since": full["since"],
@@ -595,7 +597,6 @@ def run(args, *, keep_stack: bool = False) -> dict:
                                  log=lambda m: print(m, flush=True), warmup_h=args.warmup_h,
                                  checkpoint_h=args.checkpoint_h, prior=prior, ablate=ablate)
             for a in res.get("ablation") or ():
-                a["headline"] = headline(res["tenant_ids"], since=a["since"], until=a["until"])
                 a["frontier"] = frontier_pass_rate(res["tenant_ids"], since=a["since"],
                                                    until=a["until"])
             res["headline"] = headline(res["tenant_ids"], since=res["since"],

@@ -259,21 +259,14 @@ class Stack:
         db.session.commit()
         return tenant.id, key
 
-    def set_policy(self, tenant_ids: list[int], values: dict) -> None:
+    def set_policy(self, tenant_ids: list[int], values: dict, *, replace: bool = False) -> None:
+        """Merge ``values`` into these tenants' policy, or with ``replace`` set it to exactly
+        them (an ablation pass: the stage it switched off is switched back on by the next
+        pass's values, not left behind)."""
         from app.extensions import db
         from app.policies.models import Policy
         for p in db.session.scalars(db.select(Policy).where(Policy.tenant_id.in_(tenant_ids))):
-            p.values = {**p.values, **values}
-        db.session.commit()
-        self.publish()
-
-    def replace_policy(self, tenant_ids: list[int], values: dict) -> None:
-        """Set these tenants' policy to exactly ``values`` (an ablation pass: the stage it
-        switched off is switched back on by the next pass's values, not left behind)."""
-        from app.extensions import db
-        from app.policies.models import Policy
-        for p in db.session.scalars(db.select(Policy).where(Policy.tenant_id.in_(tenant_ids))):
-            p.values = dict(values)
+            p.values = dict(values) if replace else {**p.values, **values}
         db.session.commit()
         self.publish()
 

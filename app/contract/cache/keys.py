@@ -108,9 +108,8 @@ def build_key(tenant_id: Any, policy: Mapping[str, Any], model: str, body: Mappi
         schema = body.get("response_format")
     sampling = {f: body[f] for f in SAMPLING_FIELDS if f in body and f != "response_format"}
     sampling.setdefault("temperature", OPENAI_DEFAULT_TEMPERATURE)
-    has_tools = bool(body.get("tools") or body.get("functions"))
-    ph = policy_hash(policy, schema not in (None, "", {}), has_tools)
     sv, tenant = schema_version(schema), str(tenant_id)
+    ph = policy_hash(policy, bool(sv), bool(body.get("tools") or body.get("functions")))
     norm = _norm_messages(messages)
     last_user = max((i for i, m in enumerate(norm) if m.get("role") == "user"), default=len(norm))
     exact = _h([tenant, ph, sv, model, sampling, norm])
