@@ -78,6 +78,9 @@ class Adapter(db.Model):
     canary_pct: Mapped[int] = mapped_column(default=0)
     previous_adapter_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     loaded: Mapped[dict] = mapped_column(JSON, default=dict)     # replica id -> ok | error
+    # the policy's served-form fields when its dataset froze (app.adapters.served_form);
+    # empty for an adapter from before they were kept: served as the policy says
+    form: Mapped[dict] = mapped_column(JSON, default=dict)
     error: Mapped[str] = mapped_column(Text, default="")
     created_at = mapped_column(UTCDateTime, default=utcnow)
     updated_at = mapped_column(UTCDateTime, default=utcnow, onupdate=utcnow)
@@ -96,7 +99,7 @@ class Adapter(db.Model):
                 "progress": self.progress, "offline": self.offline, "shadow": self.shadow,
                 "live": self.live,
                 "canary_pct": self.canary_pct, "previous_adapter_id": self.previous_adapter_id,
-                "loaded": self.loaded, "error": self.error,
+                "loaded": self.loaded, "form": self.form, "error": self.error,
                 "created_at": self.created_at.isoformat() if self.created_at else None}
 
 

@@ -16,12 +16,29 @@ them, the minified ``response_format``, and the answer with the aliases, written
 adapter's answer with that reference, alias for alias, within the same token budget the
 live path gives it. Records S02 would not minify are left as they are. The aliases are
 fixed by the policy at freeze time; the record says which (``served_form``).
+
+The adapter keeps those policy fields (``FORM_FIELDS``, ``form_of``: ``Adapter.form``) and
+is served in that form for as long as it serves, whatever the tenant's policy says later
+(``app.gateway.stages.s02_minify.trained_form``): an adapter trained on aliases and then
+sent full keys (minify turned off) wrote aliases where the client's keys belonged, and
+every one of its answers failed (bench/results/replay.txt, the ablation's no_minify pass).
+The client's answer is expanded back to its keys either way.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
+
+
+# The policy fields that decide the form S02 gives a schema request on a pool tier
+FORM_FIELDS = ("minify_enabled", "minify_enums", "minify_alias_style", "minify_compact_json",
+               "minify_style_hint")
+
+
+def form_of(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """The served form a policy gives (the ``FORM_FIELDS`` of it), as an adapter keeps it."""
+    return {f: policy.get(f) for f in FORM_FIELDS}
 
 
 def pool_tokenizer(pool) -> str:
@@ -60,3 +77,26 @@ def served_form(policy: Mapping[str, Any], pool) -> Callable[[dict], dict]:
     """``to_served`` bound to a tenant's policy and the tier-1 pool."""
     tokenizer = pool_tokenizer(pool)
     return lambda record: to_served(record, policy, tokenizer)
+
+
+def describe(form: Mapping[str, Any], policy: Mapping[str, Any] | None = None
+             ) -> tuple[str, list[str]]:
+    """(the served form in words, the form fields where ``policy`` now differs) for the
+    adapter page: an ML engineer sees that the adapter keeps its form, and why a retrain
+    would learn another."""
+    if not form:
+        return "not recorded (trained before forms were kept): served as the policy says", []
+    if not form.get("minify_enabled"):
+        text = "schema keys as the client sends them (minify off when its data froze)"
+    else:
+        bits = [f"{form.get('minify_alias_style') or 'semantic'} aliases"]
+        if form.get("minify_enums"):
+            bits.append("enum values aliased")
+        if form.get("minify_compact_json"):
+            bits.append("compact JSON grammar")
+        if form.get("minify_style_hint"):
+            bits.append("style hint")
+        text = "schema keys minified: " + ", ".join(bits)
+    differs = [f for f in FORM_FIELDS if policy is not None and f in form
+               and policy.get(f) != form.get(f)]
+    return text, differs

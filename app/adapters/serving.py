@@ -87,7 +87,9 @@ def snapshot_entries() -> dict[str, AdapterEntry]:
             previous_name=previous.name if previous else None,
             previous_replicas_loaded=loaded_replicas(previous),
             shadow=ShadowEntry(shadow.name, sample_pct(shadow), shadow.pool_id,
-                               loaded_replicas(shadow)) if shadow else None)
+                               loaded_replicas(shadow)) if shadow else None,
+            forms={a.name: dict(a.form) for a in (serving, previous, shadow)
+                   if a is not None and a.form})
     return out
 
 

@@ -115,14 +115,17 @@ def _lora_name(workflow: str, adapter_id: int) -> str:
 
 
 def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
-                 dataset, *, retrain_of: Adapter | None = None, comment: str = "") -> Adapter:
-    """The adapter row in training, its "request" event and audit row (not committed)."""
+                 dataset, *, retrain_of: Adapter | None = None, comment: str = "",
+                 form: dict[str, Any] | None = None) -> Adapter:
+    """The adapter row in training, its "request" event and audit row (not committed).
+    ``form``: the served form its dataset froze in (``served_form.form_of``)."""
     from app.workflows.models import Workflow
     wf = db.session.scalar(db.select(Workflow).where(Workflow.tenant_id == tenant_id,
                                                      Workflow.signature == workflow))
     adapter = Adapter(tenant_id=tenant_id, workflow=workflow, workflow_name=wf.name if wf else "",
                       pool_id=pool.id, name=f"pending-{uuid.uuid4().hex[:16]}",
                       base_model=pool.model, state=states.TRAINING, requested_by_id=user.id,
+                      form=dict(form or {}),
                       requested_by=user.email, dataset_id=dataset.id, hyperparams=hp,
                       progress={"step": 0, "steps": planned_steps(dataset.n_train, hp),
                                 "phase": "queued"})
@@ -135,7 +138,8 @@ def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
                                 from_state="", to_state=states.TRAINING, comment=comment[:2000],
                                 data={"dataset_sha256": dataset.sha256, "hyperparams": hp,
                                       "n_train": dataset.n_train,
-                                      "n_heldout": dataset.n_heldout, **lineage}))
+                                      "n_heldout": dataset.n_heldout, "form": form or {},
+                                      **lineage}))
     record(user, "adapter.request", "adapter", adapter.id, tenant_id=tenant_id,
            after={"name": adapter.name, "workflow": workflow, "pool_id": pool.id,
                   "dataset_sha256": dataset.sha256, "hyperparams": hp, **lineage})
@@ -152,7 +156,7 @@ def request_training(user, tenant_id: int, workflow: str, *,
     refusal rolls back (releasing the tenant row locked here). ``retrain_of``: an adapter
     of the workflow this one replaces (``retrain``), retired in the same commit unless it
     is already, and refused when the traces are still the ones it was trained on."""
-    from app.adapters.served_form import served_form
+    from app.adapters.served_form import form_of, served_form
     from app.policies.service import effective_policy
     from app.tenants.models import Tenant
     if not user.can("adapter.train", tenant_id):
@@ -184,7 +188,8 @@ def request_training(user, tenant_id: int, workflow: str, *,
                 f"traces are the ones {retrain_of.name} was trained on",
                 {"workflow": ["retrain once more traces have come in"]})
         adapter = _new_adapter(user, tenant_id, workflow, hp, pool, dataset,
-                               retrain_of=retrain_of, comment=comment)
+                               retrain_of=retrain_of, comment=comment,
+                               form=form_of(policy))
         db.session.commit()
     except ServiceError:
         db.session.rollback()

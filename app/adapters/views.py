@@ -153,7 +153,12 @@ def detail(adapter_id: int):
         if adapter.previous_adapter_id else None
     request_event = next((e for e in adapter.events if e.event == "request"), None)
     retrain_of = (request_event.data or {}).get("retrain_of") if request_event else None
+    from app.adapters.served_form import describe
+    from app.policies.service import effective_policy
+    form_text, form_differs = describe(adapter.form or {},
+                                       effective_policy(adapter.tenant_id))
     return render_template("adapters/detail.html", adapter=adapter, previous=previous,
+                           form_text=form_text, form_differs=form_differs,
                            retrain_of=db.session.get(Adapter, retrain_of) if retrain_of else None,
                            usable_now=count_usable(adapter.tenant_id, adapter.workflow),
                            tenant=_tenant_names().get(adapter.tenant_id, adapter.tenant_id),

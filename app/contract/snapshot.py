@@ -226,7 +226,9 @@ class AdapterEntry(_Entry):
     """What a workflow's tier-1 requests are served with (``app.gateway.adapters``): its
     promoted adapter, or a canary sharing ``canary_pct`` of the routing keys with
     ``previous_name`` (the promoted one, or the base model when None). ``name`` is None
-    when the workflow only has an adapter in shadow."""
+    when the workflow only has an adapter in shadow. ``forms``: adapter name -> the served
+    form it learned (``app.adapters.served_form.FORM_FIELDS``), for each of the three that
+    has one."""
 
     name: str | None
     state: str | None                     # canary | promoted (None: shadow only)
@@ -236,6 +238,7 @@ class AdapterEntry(_Entry):
     previous_name: str | None = None
     previous_replicas_loaded: tuple[int, ...] = ()
     shadow: ShadowEntry | None = None
+    forms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> AdapterEntry:
@@ -243,7 +246,8 @@ class AdapterEntry(_Entry):
         return cls(entry.name, entry.state, int(entry.canary_pct or 0), entry.pool_id,
                    tuple(int(r) for r in entry.replicas_loaded), entry.previous_name,
                    tuple(int(r) for r in entry.previous_replicas_loaded),
-                   ShadowEntry.from_json(entry.shadow) if entry.shadow else None)
+                   ShadowEntry.from_json(entry.shadow) if entry.shadow else None,
+                   {str(k): dict(v) for k, v in (entry.forms or {}).items() if v})
 
 
 @dataclass(frozen=True)

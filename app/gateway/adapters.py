@@ -99,6 +99,13 @@ def adapter_for(ctx: RequestContext) -> str | None:
     return name if replica_id is not None and replica_id in loaded else None
 
 
+def form_of(ctx: RequestContext, name: str | None) -> Mapping[str, Any] | None:
+    """The served form adapter ``name`` of the request's workflow learned (``AdapterEntry.
+    forms``), or None (no adapter, or one from before forms were kept)."""
+    entry = entry_for(ctx) if name else None
+    return (entry.forms or {}).get(name) if entry is not None else None
+
+
 def shadow_for(ctx: RequestContext) -> ShadowEntry | None:
     """The workflow's adapter in shadow, when it is loaded somewhere."""
     entry = entry_for(ctx)

@@ -86,6 +86,8 @@ class RequestContext:
     tools_body: dict | None = None          # the body with the tools retrieval chose (S02)
     key_map: Any = None                     # S02's KeyMap (minified -> original) for S05
     minify: Any = None                      # s02_minify.MinifyState when S02 minified
+    # S04: (S02's (body, state), an adapter's trained form of it) once an attempt needed it
+    form_swap: Any = None
     stream_hooks: list = field(default_factory=list)  # relay hooks: .chunk(dict), .done()
     attempts: list[dict] = field(default_factory=list)  # discarded attempts, still paid for
 

@@ -190,8 +190,9 @@ def routed_for(ctx: RequestContext, tier: Mapping[str, Any]) -> tuple[dict[str, 
     as is. CPU work when it minifies again: call it in a worker thread. A probe that sent
     the client's own body would judge tier 1 on a longer answer than routing asks of it
     (full keys: an answer that fits ``max_tokens`` minified may not fit unminified)."""
-    source = ctx.upstream_body if ctx.upstream_body is not None else ctx.body
-    st = ctx.minify
+    body, st = ctx.form_swap[0] if ctx.form_swap is not None \
+        else (ctx.upstream_body, ctx.minify)   # S02's, not an adapter's trained form
+    source = body if body is not None else ctx.body
     if st is None:
         return source, None
     from app.gateway.request_facts import tokenizer_name
@@ -295,8 +296,15 @@ async def generate(ctx: RequestContext, probe: Probe
         return None
     holds = probe.replica_ids is None or replica.get("id") in probe.replica_ids
     model = probe.model if holds else ctx.snapshot.served_model(probe.tier)
-    source, st = (await anyio.to_thread.run_sync(routed_for, ctx, probe.tier)
-                  if ctx.minify is not None else routed_for(ctx, probe.tier))
+    from app.gateway.stages import s02_minify
+    form = adapters.form_of(ctx, probe.adapter) if holds else None
+    if form is not None and s02_minify.form_applies(ctx, form):
+        # an adapter in shadow is judged in the form it learned, as it would be served
+        source, st = await anyio.to_thread.run_sync(s02_minify.trained_form, ctx, form,
+                                                    probe.tier)
+    else:
+        source, st = (await anyio.to_thread.run_sync(routed_for, ctx, probe.tier)
+                      if ctx.minify is not None else routed_for(ctx, probe.tier))
     started = time.perf_counter()
     resp = await ctx.services.upstream.open(
         chat_url(replica["url"]),

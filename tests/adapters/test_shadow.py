@@ -48,11 +48,11 @@ def sworld(app, gateway, fake_replicas, frontier):
                       policy={"cache_enabled": False})
 
 
-def _shadow_adapter(w, loaded_ids, sample_pct=100) -> Adapter:
+def _shadow_adapter(w, loaded_ids, sample_pct=100, **cols) -> Adapter:
     a = Adapter(tenant_id=w.tenant.id, workflow=WORKFLOW, pool_id=w.pool.id,
                 name=f"lora-sh{w.tenant.id}-{next(_n)}", state="shadow",
                 artifact_path="/tmp/lora-sh", shadow={"sample_pct": sample_pct},
-                loaded={str(i): "ok" for i in loaded_ids})
+                loaded={str(i): "ok" for i in loaded_ids}, **cols)
     db.session.add(a)
     db.session.commit()
     publish_and_wait(w.gateway)
@@ -138,6 +138,33 @@ def test_shadow_run_is_off_the_path_and_off_the_budget(app, sworld, fake_replica
         Rollup.grain == "hour", Rollup.tenant_id == sworld.tenant.id))
     assert cost == sum(r.cost_usd for r in requests)
     assert rollups.reconcile(period) == []
+
+
+def test_shadow_run_asks_the_adapter_in_the_form_it_learned(app, gateway, fake_replicas,
+                                                           frontier):
+    """The adapter learned aliases (minify on when its dataset froze); the tenant has turned
+    minify off since: the shadow run still sends it the aliases, and its answer, expanded,
+    is judged against the client's."""
+    from app.adapters.served_form import form_of
+    from app.contract.policy import DEFAULTS
+    w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                   policy={"cache_enabled": False, "minify_enabled": False})
+    learned = form_of({**DEFAULTS, "minify_enabled": True, "minify_compact_json": False})
+    adapter = _shadow_adapter(w, [r.id for r in w.pool.replicas], form=learned)
+    schema = {"type": "object", "additionalProperties": False,
+              "properties": {"customer_full_name": {"type": "string"},
+                             "invoice_total_amount": {"type": "number"}},
+              "required": ["customer_full_name", "invoice_total_amount"]}
+    r = _post(w, "invoice of Ada Lovelace for 12 EUR [[json:1]]", response_format={
+        "type": "json_schema", "json_schema": {"name": "inv", "schema": schema}})
+    rows = w.drain_rows(2)
+    shadow = next(row for row in rows if row.kind == "shadow")
+    assert shadow.payload["shadow_of"] == r.headers["x-sluice-request-id"]
+    assert shadow.payload["agreed"] is True
+    bodies = [httpx.get(s.url + "/stats").json()["last_body"] for s in fake_replicas]
+    sent = next(b for b in bodies if b and b.get("model") == adapter.name)
+    props = set(sent["response_format"]["json_schema"]["schema"]["properties"])
+    assert len(props) == 2 and not props & set(schema["properties"])   # the aliases
 
 
 def _metric(w, outcome: str) -> float:

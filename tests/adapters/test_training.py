@@ -128,6 +128,11 @@ def test_request_training_rules(app, adapters_dir, no_enqueue, tiny_model):
     assert adapter.state == states.TRAINING and adapter.pool_id == pool.id
     assert adapter.name == f"wf-{WORKFLOW[:8]}-{adapter.id}" and adapter.base_model == tiny_model
     assert adapter.requested_by == ops.email and adapter.requested_by_id == ops.id
+    # the served form its dataset froze in, kept for serving (app.adapters.served_form)
+    from app.adapters.served_form import FORM_FIELDS
+    from app.policies.service import effective_policy
+    assert adapter.form == {f: effective_policy(tenant.id)[f] for f in FORM_FIELDS}
+    assert adapter.events[0].data["form"] == adapter.form
     assert adapter.hyperparams["rank"] == 8 and adapter.hyperparams["alpha"] == 64
     assert adapter.progress["steps"] == training.planned_steps(adapter.dataset.n_train,
                                                                adapter.hyperparams)

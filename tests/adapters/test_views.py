@@ -230,3 +230,24 @@ def test_retrain_button_trains_a_new_adapter_on_the_current_traces(app, trainabl
     assert f'id="retrain-of">#{held.id} {held.name}<' in new_page
     assert reload(held.id).state == "retired"
     assert [name for name, _ in sent] == ["adapters.train", "adapters.train", "adapters.unload"]
+
+
+def test_detail_shows_the_served_form_and_when_the_policy_has_moved_on(
+        app, make_adapter, sign_in, two_tenants):
+    from app.adapters.served_form import form_of
+    from app.policies.service import effective_policy
+    tenant = two_tenants[0]
+    now = effective_policy(tenant.id)
+    web, _ = sign_in("viewer")
+    same = make_adapter(tenant, "promoted", form=form_of(now))
+    html = web.get(f"/adapters/{same.id}").get_data(as_text=True)
+    cell = html.split('id="served-form"', 1)[1].split("</td>", 1)[0]
+    assert ("schema keys minified" if now["minify_enabled"] else "as the client") in cell
+    assert "served-form-note" not in cell
+    moved = make_adapter(tenant, "canary", canary_pct=10,
+                         form={**form_of(now), "minify_enabled": not now["minify_enabled"]})
+    cell = web.get(f"/adapters/{moved.id}").get_data(as_text=True).split(
+        'id="served-form"', 1)[1].split("</td>", 1)[0]
+    assert "served-form-note" in cell and "minify_enabled" in cell and "Retrain" in cell
+    legacy = make_adapter(tenant, "training")
+    assert "not recorded" in web.get(f"/adapters/{legacy.id}").get_data(as_text=True)

@@ -173,3 +173,82 @@ def test_replica_where_the_load_failed_gets_no_adapter_traffic(aworld, fake_repl
     # tier 2 on the same pool still uses both replicas, with the base model
     seen2 = {_send(aworld, fake_replicas, f"k{i}", model="tier-2") for i in range(24)}
     assert {m for _, m in seen2} == {"tiny-served"} and {r for r, _ in seen2} == {"r0", "r1"}
+
+
+# --- an adapter is served in the form it learned ---------------------------------------------
+
+SCHEMA = {"type": "object", "properties": {"customer_full_name": {"type": "string"},
+                                           "invoice_total_amount": {"type": "number"}},
+          "required": ["customer_full_name", "invoice_total_amount"],
+          "additionalProperties": False}
+FMT = {"type": "json_schema", "json_schema": {"name": "inv", "schema": SCHEMA}}
+
+
+def _schema_ask(w, fake_replicas, model: str) -> tuple[dict, dict]:
+    """(the client's parsed answer, the body the replica got) for a schema request."""
+    r = httpx.post(w.base_url + "/chat/completions", timeout=30,
+                   headers={"authorization": f"Bearer {w.key}", "x-sluice-session": "s",
+                            "x-sluice-workflow": WORKFLOW},
+                   json={"model": model, "response_format": FMT, "max_tokens": 64,
+                         "messages": [{"role": "user", "content":
+                                       "invoice of Ada Lovelace for 12 EUR [[json:1]]"}]})
+    assert r.status_code == 200, r.text
+    sent = httpx.get(fake_replicas[int(r.headers["x-fake-replica"][1:])].url
+                     + "/stats").json()["last_body"]
+    import json
+    return json.loads(r.json()["choices"][0]["message"]["content"]), sent
+
+
+def _keys_sent(sent: dict) -> set[str]:
+    return set(sent["response_format"]["json_schema"]["schema"]["properties"])
+
+
+@pytest.mark.parametrize("policy_minify", [False, True])
+def test_adapter_is_served_in_the_form_it_learned(app, gateway, fake_replicas, frontier,
+                                                  policy_minify):
+    """The adapter learned the other form than the tenant's policy gives now (minify
+    turned off after it was trained on aliases, or on after it was trained on full keys):
+    it gets its own form, tier 2 on the same pool gets the policy's, and the client gets
+    its own keys from both."""
+    from app.adapters.served_form import form_of
+    from app.contract.policy import DEFAULTS
+    w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                   policy={**POLICY, "minify_enabled": policy_minify,
+                           "minify_compact_json": False})
+    ids = _replica_ids(w, fake_replicas)
+    name = f"lora-m{w.tenant.id}"
+    learned = form_of({**DEFAULTS, "minify_enabled": not policy_minify,
+                       "minify_compact_json": False})
+    _adapter(w, name, "promoted", {ids["r0"]: "ok", ids["r1"]: "ok"}, form=learned)
+    publish_and_wait(w.gateway)
+    client_keys = set(SCHEMA["properties"])
+
+    answer, sent = _schema_ask(w, fake_replicas, "tier-1")
+    assert sent["model"] == name
+    assert (_keys_sent(sent) == client_keys) is policy_minify   # the adapter's form
+    assert set(answer) == client_keys and answer["invoice_total_amount"] == 2
+    answer2, sent2 = _schema_ask(w, fake_replicas, "tier-2")
+    assert sent2["model"] == "tiny-served"
+    assert (_keys_sent(sent2) == client_keys) is not policy_minify   # the policy's form
+    assert set(answer2) == client_keys
+    rows = w.drain_rows(2)
+    assert [r.adapter for r in rows] == [name, ""]
+    assert rows[0].payload["pipeline"]["served_form"] == "adapter"
+    assert "served_form" not in rows[1].payload["pipeline"]
+
+
+def test_adapter_that_learned_the_policys_form_or_none_is_served_as_the_policy_says(
+        app, gateway, fake_replicas, frontier):
+    from app.adapters.served_form import form_of
+    from app.contract.policy import DEFAULTS
+    w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                   policy={**POLICY, "minify_compact_json": False})
+    ids = _replica_ids(w, fake_replicas)
+    both = {ids["r0"]: "ok", ids["r1"]: "ok"}
+    same = form_of({**DEFAULTS, "minify_compact_json": False})
+    _adapter(w, f"lora-s{w.tenant.id}", "promoted", both, form=same)
+    publish_and_wait(w.gateway)
+    answer, sent = _schema_ask(w, fake_replicas, "tier-1")
+    assert sent["model"] == f"lora-s{w.tenant.id}" and not _keys_sent(sent) & set(answer)
+    assert set(answer) == set(SCHEMA["properties"])
+    assert "served_form" not in w.drain_rows(1)[0].payload["pipeline"]

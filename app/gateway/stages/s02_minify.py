@@ -108,6 +108,31 @@ def minify_request(source: dict, policy, name: str, pool: bool
                              options.alias_style, compact, new_rf, messages)
 
 
+def form_applies(ctx: RequestContext, form: dict) -> bool:
+    """Whether an adapter's served ``form`` (``app.adapters.served_form.form_of``) differs
+    from what the tenant's policy gives this request: only a ``json_schema`` request has a
+    form (an adapter's dataset holds those alone), and only a field the form keeps counts."""
+    rf = ctx.body.get("response_format")
+    if not form or not isinstance(rf, dict) or rf.get("type") != "json_schema":
+        return False
+    return any(ctx.policy.get(f) != v for f, v in form.items())
+
+
+def trained_form(ctx: RequestContext, form: dict, tier=None
+                 ) -> tuple[dict, MinifyState | None]:
+    """(body, state) for a request served by an adapter that learned ``form``: S02's work
+    done under the tenant's policy with the form's fields in place of the policy's, on
+    ``tier`` (the request's by default; a pool). The client's body (what S02 starts from)
+    and None when the form minifies nothing. CPU work: call it in a worker thread."""
+    policy = {**dict(ctx.policy), **form}
+    source = _source(ctx)
+    if policy.get("minify_enabled"):
+        got = minify_request(source, policy, tokenizer_name(ctx, tier), pool=True)
+        if got is not None:
+            return got
+    return source, None
+
+
 def _compact(policy, body: dict, schema: dict) -> bool:
     """Swap ``response_format`` for a compact-separator grammar of the same schema (the
     body goes to a pool) when the policy wants it; False (body untouched) otherwise."""

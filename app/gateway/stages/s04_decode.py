@@ -23,6 +23,34 @@ log = logging.getLogger(__name__)
 TOOL_RETRY = "tool_retry"   # _attempt: a held streamed tool call needs the full tool set
 
 
+_RETRIES = ("schema_retry", "tool_retry")
+
+
+async def served_form(ctx: RequestContext) -> None:
+    """Before an attempt: an adapter is served in the form it learned (``app.adapters.
+    served_form``), whatever the tenant's policy gives the request now. When the attempt's
+    adapter learned another form than S02 gave, ``ctx.upstream_body`` / ``ctx.minify`` /
+    ``ctx.key_map`` become that form's (S05 expands the answer with it, so the client gets
+    its own keys either way); an attempt after it without that adapter (another replica, a
+    higher tier) gets S02's back. A retry that rewrote the body (schema, tool set) keeps
+    its own. Telemetry ``served_form``: "adapter" or "policy" once it differed."""
+    from app.gateway.stages import s02_minify
+    if any(a["reason"] in _RETRIES for a in ctx.attempts):
+        return
+    form = adapters.form_of(ctx, adapters.adapter_for(ctx))
+    want = form is not None and s02_minify.form_applies(ctx, form)
+    if ctx.form_swap is None:
+        if not want:
+            return
+        import anyio
+        trained = await anyio.to_thread.run_sync(s02_minify.trained_form, ctx, form)
+        ctx.form_swap = ((ctx.upstream_body, ctx.minify), trained)
+    routed, trained = ctx.form_swap
+    ctx.upstream_body, ctx.minify = trained if want else routed
+    ctx.key_map = ctx.minify.keymap if ctx.minify is not None else None
+    ctx.telemetry["served_form"] = "adapter" if want else "policy"
+
+
 def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
     body = dict(ctx.upstream_body or ctx.body)
     if margin:
@@ -53,6 +81,7 @@ async def _attempt(ctx: RequestContext) -> str:
     headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
                                        services.upstream.api_key(tier))
     watch = s04_margin.applies(ctx)
+    await served_form(ctx)
     body = upstream_body(ctx, margin=watch)
     await services.track_replica(ctx, replica.get("id"))
     resp = await services.upstream.open(chat_url(replica["url"]), headers, body,
