@@ -93,6 +93,28 @@ def snapshot_entries() -> dict[str, AdapterEntry]:
     return out
 
 
+def kept_forms(tenant_id: int | None) -> list[tuple[Adapter, list[str]]]:
+    """Adapters held (shadow, canary, promoted) of ``tenant_id`` (None: every tenant) that
+    learned another served form than their tenant's policy gives now, each with the fields
+    that differ (``served_form.describe``): they keep serving in their own form until
+    retrained, which the policy page says after a save."""
+    from app.adapters.served_form import describe
+    from app.policies.service import effective_policy
+    q = db.select(Adapter).where(Adapter.state.in_(states.HELD)).order_by(Adapter.id)
+    if tenant_id is not None:
+        q = q.where(Adapter.tenant_id == tenant_id)
+    out, policies = [], {}
+    for a in db.session.scalars(q):
+        if not a.form:
+            continue
+        if a.tenant_id not in policies:
+            policies[a.tenant_id] = effective_policy(a.tenant_id)
+        differs = describe(a.form, policies[a.tenant_id])[1]
+        if differs:
+            out.append((a, differs))
+    return out
+
+
 # --- the shadow gate --------------------------------------------------------------------
 
 def shadow_counts(adapter_names: list[str]) -> dict[str, tuple[int, int]]:

@@ -64,6 +64,15 @@ def _save(tenant_id: int | None, template: str, context: dict):
         context["rows"] = _rows(own, context["inherited"], submitted)
         return render_errors(template, exc, **context)
     flash("Policy saved.", "success")
+    from app.adapters.serving import kept_forms
+    kept = kept_forms(tenant_id)
+    if kept:
+        names = ", ".join(f"{a.name} ({', '.join(f)})" for a, f in kept[:5])
+        more = f" and {len(kept) - 5} more" if len(kept) > 5 else ""
+        flash(f"{len(kept)} adapter(s) learned another form of schema requests than this "
+              f"policy gives: {names}{more}. They keep being served in the form they "
+              f"learned (answers still reach clients with their own keys); retrain them to "
+              f"learn this one.", "info")
     return None
 
 

@@ -71,3 +71,26 @@ def test_scoped_lead_edits_own_tenant_policy_but_not_the_global(client, as_role)
     resp = submit(client, f"/tenants/{alpha.id}/policy", {"margin_gamma": "0.1"},
                   action="/policies")
     assert resp.status_code == 403 and global_values() == {}
+
+
+def test_saving_a_policy_says_which_adapters_keep_the_form_they_learned(client, admin):
+    from app.adapters.models import Adapter
+    from app.adapters.served_form import form_of
+    tenant = TenantFactory(name="alpha")
+    learned = form_of(effective_policy(tenant.id))   # minify on, as the defaults have it
+    db.session.add_all([
+        Adapter(tenant_id=tenant.id, workflow="wf", name=f"lora-kept-{tenant.id}",
+                state="promoted", form=learned),
+        Adapter(tenant_id=tenant.id, workflow="wf2", name=f"lora-old-{tenant.id}",
+                state="retired", form=learned),
+        Adapter(tenant_id=tenant.id, workflow="wf3", name=f"lora-none-{tenant.id}",
+                state="shadow")])   # from before forms were kept
+    db.session.commit()
+    url = f"/tenants/{tenant.id}/policy"
+    html = client.get(submit(client, url, {"margin_gamma": "0.9"}).location).get_data(
+        as_text=True)
+    assert "Policy saved." in html and "keep being served" not in html
+    html = client.get(submit(client, url, {"minify_enabled": "false"}).location).get_data(
+        as_text=True)
+    assert f"lora-kept-{tenant.id} (minify_enabled)" in html and "keep being served" in html
+    assert f"lora-old-{tenant.id}" not in html and f"lora-none-{tenant.id}" not in html
