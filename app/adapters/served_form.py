@@ -87,16 +87,16 @@ def describe(form: Mapping[str, Any], policy: Mapping[str, Any] | None = None
     if not form:
         return "not recorded (trained before forms were kept): served as the policy says", []
     if not form.get("minify_enabled"):
-        text = "schema keys as the client sends them (minify off when its data froze)"
+        text = "full keys, as the client sends them (minify was off)"
     else:
         bits = [f"{form.get('minify_alias_style') or 'semantic'} aliases"]
         if form.get("minify_enums"):
-            bits.append("enum values aliased")
+            bits.append("enums")
         if form.get("minify_compact_json"):
-            bits.append("compact JSON grammar")
+            bits.append("compact JSON")
         if form.get("minify_style_hint"):
             bits.append("style hint")
-        text = "schema keys minified: " + ", ".join(bits)
+        text = "minified keys: " + ", ".join(bits)
     differs = [f for f in FORM_FIELDS if policy is not None and f in form
                and policy.get(f) != form.get(f)]
     return text, differs

@@ -242,7 +242,7 @@ def test_detail_shows_the_served_form_and_when_the_policy_has_moved_on(
     same = make_adapter(tenant, "promoted", form=form_of(now))
     html = web.get(f"/adapters/{same.id}").get_data(as_text=True)
     cell = html.split('id="served-form"', 1)[1].split("</td>", 1)[0]
-    assert ("schema keys minified" if now["minify_enabled"] else "as the client") in cell
+    assert ("minified keys" if now["minify_enabled"] else "full keys") in cell
     assert "served-form-note" not in cell
     moved = make_adapter(tenant, "canary", canary_pct=10,
                          form={**form_of(now), "minify_enabled": not now["minify_enabled"]})
