@@ -122,6 +122,14 @@ def _policy(tenant_id: int | None) -> dict:
             "effective": service.effective_policy(tenant_id)}
 
 
+def _kept(tenant_id: int | None) -> list[dict]:
+    """After an update: the held adapters that learned another form of schema requests
+    than the policy now gives (``serving.kept_forms``); they keep being served in theirs."""
+    from app.adapters.serving import kept_forms
+    return [{"id": a.id, "name": a.name, "tenant_id": a.tenant_id, "state": a.state,
+             "fields": fields} for a, fields in kept_forms(tenant_id)]
+
+
 @api_bp.get("/policies/global")
 @api_auth
 def api_policy_global_get():
@@ -133,7 +141,7 @@ def api_policy_global_get():
 def api_policy_global_update():
     """PATCH merges the given fields; PUT replaces the whole set."""
     service.update_policy(g.api_user, None, body(), replace=request.method == "PUT")
-    return jsonify(_policy(None))
+    return jsonify({**_policy(None), "adapters_keeping_form": _kept(None)})
 
 
 @api_bp.get("/tenants/<int:tenant_id>/policy")
@@ -148,4 +156,4 @@ def api_policy_tenant_get(tenant_id: int):
 def api_policy_tenant_update(tenant_id: int):
     """PATCH merges (null or "" clears a field back to inherited); PUT replaces."""
     service.update_policy(g.api_user, tenant_id, body(), replace=request.method == "PUT")
-    return jsonify(_policy(tenant_id))
+    return jsonify({**_policy(tenant_id), "adapters_keeping_form": _kept(tenant_id)})

@@ -49,6 +49,23 @@ def test_admin_crud_writes_audit_rows(api_as):
     assert tpol.json["values"] == {"cache_salt": True}
     assert tpol.json["effective"]["margin_gamma"] == 0.9
     assert api.patch(f"/tenants/{tid}/policy", json={"cache_salt": None}).json["values"] == {}
+    assert tpol.json["adapters_keeping_form"] == []
+    # an adapter that learned minified keys, then the tenant turns minify off: the answer
+    # names it (it keeps its form until retrained)
+    from app.adapters.models import Adapter
+    from app.adapters.served_form import form_of
+    from app.extensions import db
+    from app.policies.service import effective_policy
+    held = Adapter(tenant_id=tid, workflow="wf", name=f"lora-api-{tid}", state="promoted",
+                   form=form_of(effective_policy(tid)))
+    db.session.add(held)
+    db.session.commit()
+    kept = api.patch(f"/tenants/{tid}/policy", json={"minify_enabled": False}).json
+    assert kept["adapters_keeping_form"] == [{"id": held.id, "name": held.name,
+                                              "tenant_id": tid, "state": "promoted",
+                                              "fields": ["minify_enabled"]}]
+    assert api.patch(f"/tenants/{tid}/policy", json={"minify_enabled": None}
+                     ).json["adapters_keeping_form"] == []
     user = api.post("/users", json={"email": "v@example.com", "password": "Viewer-Pass-12"})
     assert user.status_code == 201 and user.json["role"] == "viewer"
     assert api.patch(f"/users/{user.json['id']}", json={"role": "finops"}).json["role"] == \
