@@ -6,6 +6,8 @@ streaming with usage, logprobs, and directives in the last user message:
 content chunks then cut the connection; ``[[garbage:N]]`` stream a malformed event stream
 (seeded by N: invalid UTF-8, broken JSON, odd framing, a chunk without choices...);
 ``[[json:1]]`` (not streamed) answer JSON under the schema sent (``schema_answer``);
+``[[json:2]]`` the same with the values taken from the words of the last user message, in
+order (an extraction a small model can learn);
 ``[[call-tool:NAME]]`` in any message (streamed too: the call in deltas) answer with a call to tool NAME, sent
 or not, as a frontier model that saw the tool earlier in the conversation might, with
 arguments ``{}`` (``[[call-tool:NAME {"city": "Oslo"}]]``: those arguments).
@@ -52,17 +54,25 @@ def answer_words(messages: list[dict], prefix: str = "Echo") -> list[str]:
     return [prefix + ":"] + words if words else [prefix + "."]
 
 
-def schema_answer(body: dict) -> str | None:
+def schema_answer(body: dict, words: list[str] | None = None) -> str | None:
     """``[[json:1]]``: a JSON answer under the ``response_format`` schema sent (its property
     names, in order, valued by position: numbers 1, 2..., booleans true, strings "v0"...),
-    as a model following whatever keys it was given; None without a json_schema."""
+    as a model following whatever keys it was given; None without a json_schema.
+    ``words`` (``[[json:2]]``): property i takes word i instead (a number when its type is
+    a number and the word is one)."""
     rf = body.get("response_format") or {}
     props = ((rf.get("json_schema") or {}).get("schema") or {}).get("properties")
     if rf.get("type") != "json_schema" or not isinstance(props, dict):
         return None
     typed = {"number": lambda i: i + 1, "integer": lambda i: i + 1, "boolean": lambda i: True}
-    return orjson.dumps({k: typed.get((v or {}).get("type"), lambda i: f"v{i}")(i)
-                         for i, (k, v) in enumerate(props.items())}).decode()
+
+    def value(i: int, spec: dict):
+        kind = (spec or {}).get("type")
+        if words is None:
+            return typed.get(kind, lambda i: f"v{i}")(i)
+        word = words[i] if i < len(words) else ""
+        return int(word) if kind in ("integer", "number") and word.isdigit() else word
+    return orjson.dumps({k: value(i, v) for i, (k, v) in enumerate(props.items())}).decode()
 
 
 def create_fake(name: str = "fake") -> Starlette:
@@ -129,7 +139,9 @@ def create_fake(name: str = "fake") -> Starlette:
                     "logprobs": None, "finish_reason": "tool_calls"}],
                 "usage": usage}), media_type="application/json", headers=headers)
         if not body.get("stream"):
-            content = schema_answer(body) if ctl.get("json") else None
+            content = schema_answer(body, _DIRECTIVE.sub("", last).split()
+                                    if ctl.get("json") == 2 else None) \
+                if ctl.get("json") else None
             content = content if content is not None else " ".join(words)
             return Response(orjson.dumps({
                 "id": cid, "object": "chat.completion", "created": created, "model": model,
