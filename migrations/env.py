@@ -11,7 +11,10 @@ config = context.config
 
 # Interpret the config file for Python logging.
 # This line sets up loggers basically.
-fileConfig(config.config_file_name)
+# disable_existing_loggers=False: migrations run inside the app's process too (tests, the
+# CLI), and the default would silence every logger created before them (the embedding
+# encoder's warnings vanished after tests/foundation/test_migrations.py ran)
+fileConfig(config.config_file_name, disable_existing_loggers=False)
 logger = logging.getLogger('alembic.env')
 
 
