@@ -17,11 +17,12 @@ adapter's answer with that reference, alias for alias, within the same token bud
 live path gives it. Records S02 would not minify are left as they are. The aliases are
 fixed by the policy at freeze time; the record says which (``served_form``).
 
-The adapter keeps those policy fields (``FORM_FIELDS``, ``form_of``: ``Adapter.form``) and
-is served in that form for as long as it serves, whatever the tenant's policy says later
-(``app.gateway.stages.s02_minify.trained_form``): an adapter trained on aliases and then
-sent full keys (minify turned off) wrote aliases where the client's keys belonged, and
-every one of its answers failed (bench/results/replay.txt, the ablation's no_minify pass).
+The adapter keeps those policy fields (``app.contract.policy.FORM_FIELDS``, ``form_of``:
+``Adapter.form``) and is served in that form for as long as it serves, whatever the
+tenant's policy says later (``app.gateway.stages.s02_minify.trained_form``): an adapter
+trained on aliases and then sent full keys (minify turned off) wrote aliases where the
+client's keys belonged, and every one of its answers failed (bench/results/replay.txt, the
+ablation's no_minify pass).
 The client's answer is expanded back to its keys either way.
 """
 from __future__ import annotations
@@ -30,15 +31,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-
-# The policy fields that decide the form S02 gives a schema request on a pool tier
-FORM_FIELDS = ("minify_enabled", "minify_enums", "minify_alias_style", "minify_compact_json",
-               "minify_style_hint")
-
-
-def form_of(policy: Mapping[str, Any]) -> dict[str, Any]:
-    """The served form a policy gives (the ``FORM_FIELDS`` of it), as an adapter keeps it."""
-    return {f: policy.get(f) for f in FORM_FIELDS}
+from app.contract.policy import form_differs
 
 
 def pool_tokenizer(pool) -> str:
@@ -97,6 +90,4 @@ def describe(form: Mapping[str, Any], policy: Mapping[str, Any] | None = None
         if form.get("minify_style_hint"):
             bits.append("style hint")
         text = "minified keys: " + ", ".join(bits)
-    differs = [f for f in FORM_FIELDS if policy is not None and f in form
-               and policy.get(f) != form.get(f)]
-    return text, differs
+    return text, form_differs(form, policy) if policy is not None else []

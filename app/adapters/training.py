@@ -118,7 +118,7 @@ def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
                  dataset, *, retrain_of: Adapter | None = None, comment: str = "",
                  form: dict[str, Any] | None = None) -> Adapter:
     """The adapter row in training, its "request" event and audit row (not committed).
-    ``form``: the served form its dataset froze in (``served_form.form_of``)."""
+    ``form``: the served form its dataset froze in (``policy.form_of``)."""
     from app.workflows.models import Workflow
     wf = db.session.scalar(db.select(Workflow).where(Workflow.tenant_id == tenant_id,
                                                      Workflow.signature == workflow))
@@ -156,7 +156,8 @@ def request_training(user, tenant_id: int, workflow: str, *,
     refusal rolls back (releasing the tenant row locked here). ``retrain_of``: an adapter
     of the workflow this one replaces (``retrain``), retired in the same commit unless it
     is already, and refused when the traces are still the ones it was trained on."""
-    from app.adapters.served_form import form_of, served_form
+    from app.adapters.served_form import served_form
+    from app.contract.policy import form_of
     from app.policies.service import effective_policy
     from app.tenants.models import Tenant
     if not user.can("adapter.train", tenant_id):

@@ -195,6 +195,24 @@ ROUTING_FIELDS = frozenset((
     "allow_explicit_tier", "cache_salt", "session_key", "prefix_key_tokens", "replica_choice",
     "rate_limit_rpm"))
 
+# The fields that decide the form S02 gives a schema request on a pool tier. An adapter
+# keeps them as they were when its dataset froze and is served in that form for good
+# (app.adapters.served_form; the gateway's s02_minify.trained_form).
+FORM_FIELDS = ("minify_enabled", "minify_enums", "minify_alias_style", "minify_compact_json",
+               "minify_style_hint")
+
+
+def form_of(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """The served form a policy gives (its ``FORM_FIELDS``), as an adapter keeps it."""
+    return {f: policy.get(f) for f in FORM_FIELDS}
+
+
+def form_differs(form: Mapping[str, Any], policy: Mapping[str, Any]) -> list[str]:
+    """The ``FORM_FIELDS`` a kept ``form`` has where ``policy`` now says otherwise (none
+    for an empty form: an adapter from before forms were kept)."""
+    return [f for f in FORM_FIELDS if f in form and policy.get(f) != form[f]]
+
+
 
 def _coerce(name: str, f: Field, raw: Any) -> Any:
     if f.kind is bool:

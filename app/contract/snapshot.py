@@ -227,7 +227,7 @@ class AdapterEntry(_Entry):
     promoted adapter, or a canary sharing ``canary_pct`` of the routing keys with
     ``previous_name`` (the promoted one, or the base model when None). ``name`` is None
     when the workflow only has an adapter in shadow. ``forms``: adapter name -> the served
-    form it learned (``app.adapters.served_form.FORM_FIELDS``), for each of the three that
+    form it learned (``app.contract.policy.FORM_FIELDS``), for each of the three that
     has one."""
 
     name: str | None

@@ -145,7 +145,7 @@ def test_shadow_run_asks_the_adapter_in_the_form_it_learned(app, gateway, fake_r
     """The adapter learned aliases (minify on when its dataset froze); the tenant has turned
     minify off since: the shadow run still sends it the aliases, and its answer, expanded,
     is judged against the client's."""
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     from app.contract.policy import DEFAULTS
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
                    policy={"cache_enabled": False, "minify_enabled": False})

@@ -129,7 +129,7 @@ def test_request_training_rules(app, adapters_dir, no_enqueue, tiny_model):
     assert adapter.name == f"wf-{WORKFLOW[:8]}-{adapter.id}" and adapter.base_model == tiny_model
     assert adapter.requested_by == ops.email and adapter.requested_by_id == ops.id
     # the served form its dataset froze in, kept for serving (app.adapters.served_form)
-    from app.adapters.served_form import FORM_FIELDS
+    from app.contract.policy import FORM_FIELDS
     from app.policies.service import effective_policy
     assert adapter.form == {f: effective_policy(tenant.id)[f] for f in FORM_FIELDS}
     assert adapter.events[0].data["form"] == adapter.form

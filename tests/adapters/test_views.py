@@ -234,7 +234,7 @@ def test_retrain_button_trains_a_new_adapter_on_the_current_traces(app, trainabl
 
 def test_detail_shows_the_served_form_and_when_the_policy_has_moved_on(
         app, make_adapter, sign_in, two_tenants):
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     from app.policies.service import effective_policy
     tenant = two_tenants[0]
     now = effective_policy(tenant.id)

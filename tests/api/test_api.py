@@ -53,7 +53,7 @@ def test_admin_crud_writes_audit_rows(api_as):
     # an adapter that learned minified keys, then the tenant turns minify off: the answer
     # names it (it keeps its form until retrained)
     from app.adapters.models import Adapter
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     from app.extensions import db
     from app.policies.service import effective_policy
     held = Adapter(tenant_id=tid, workflow="wf", name=f"lora-api-{tid}", state="promoted",

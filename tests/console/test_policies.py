@@ -75,7 +75,7 @@ def test_scoped_lead_edits_own_tenant_policy_but_not_the_global(client, as_role)
 
 def test_saving_a_policy_says_which_adapters_keep_the_form_they_learned(client, admin):
     from app.adapters.models import Adapter
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     tenant = TenantFactory(name="alpha")
     learned = form_of(effective_policy(tenant.id))   # minify on, as the defaults have it
     db.session.add_all([

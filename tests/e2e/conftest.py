@@ -3,6 +3,7 @@ console server on a free port; the gateway fixtures come from tests/gateway."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -65,3 +66,27 @@ def sign_in(page, base: str, email: str) -> None:
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
     page.wait_for_url(lambda url: "/login" not in url)
+
+
+@pytest.fixture(scope="module")
+def node_worker(app_config, tmp_path_factory):
+    """A real Celery worker on the flywheel tests' own node queue (``pool.flywheel``,
+    tests/e2e/flywheel.py): it runs the pool's replica tasks and the adapters.load /
+    adapters.unload the rollout queues."""
+    from tests.celery_workers import start_worker
+    from tests.e2e.flywheel import NODE
+    with start_worker(app_config, tmp_path_factory.mktemp("flywheelnode"),
+                      queue=f"pool.{NODE}", name="flywheel",
+                      pool_args=("--pool", "threads", "--concurrency", "2"),
+                      extra_env={"SLUICE_NODE": NODE}) as worker:
+        yield worker
+
+
+@pytest.fixture()
+def own_files():
+    """Files and folders a test made under ADAPTERS_DIR (its dataset, its artifact),
+    removed afterwards; nothing else there is touched (other sessions share the folder)."""
+    paths: list[Path] = []
+    yield paths
+    for p in paths:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

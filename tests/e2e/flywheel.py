@@ -14,6 +14,7 @@ import json
 import random
 import time
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 
@@ -164,16 +165,37 @@ def ledger_rows(world: World, n_events: int, timeout: float = 180):
         LedgerEntry.tenant_id == world.tenant.id).order_by(LedgerEntry.id)))
 
 
-def drain_traces_until(tenant_id: int, n: int, timeout: float = 60) -> int:
+def drain_traces_until(tenant_id: int, n: int, timeout: float = 60,
+                       workflow: str = WORKFLOW) -> int:
     """Run the trace drain (what adapters.drain_traces runs every 5 s) until the
     workflow has ``n`` rows in adapter_traces."""
     from app.adapters.traces import count_usable, drain_traces
 
     def enough():
         drain_traces()
-        return count_usable(tenant_id, WORKFLOW) >= n
+        return count_usable(tenant_id, workflow) >= n
     wait_for(enough, timeout, f"{n} traces in adapter_traces", every=0.3)
-    return count_usable(tenant_id, WORKFLOW)
+    return count_usable(tenant_id, workflow)
+
+
+def train_candidate(ops, tenant_id: int, workflow: str, worker, files: list,
+                    hyperparams: dict | None = None):
+    """An ops user's training request for the workflow (``hyperparams``, default
+    ``HYPERPARAMS``; a quarter held out
+    by request-id hash), run by the Celery ``worker`` to a candidate; its dataset and
+    artifact paths go to ``files`` (removed by the caller). Returns (the adapter as
+    requested, the candidate)."""
+    from app.adapters import states, training
+    adapter = training.request_training(ops, tenant_id, workflow,
+                                        hyperparams=hyperparams or HYPERPARAMS,
+                                        heldout_fraction=0.25)
+    files.append(Path(adapter.dataset.path))
+    done = worker.wait_for(lambda: (a := reload(adapter.id)).state != states.TRAINING and a,
+                           600, "training to finish")
+    if done.artifact_path:
+        files.append(Path(done.artifact_path))
+    assert done.state == states.CANDIDATE, (done.error, worker.log()[-3000:])
+    return adapter, done
 
 
 def reload(adapter_id: int):

@@ -12,51 +12,28 @@ shadow sample_pct (100%), and small hyperparameters (tests/e2e/flywheel.py)."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from app.adapters import rollout, states, training
+from app.adapters import rollout, states
 from app.adapters.serving import shadow_rollup
 from app.contract import budget as rb
 from app.core.costing import to_micro
 from app.errors import Forbidden
 from app.extensions import db
-from tests.celery_workers import start_worker
 from tests.console.web import browser as web_client, login
 from tests.e2e.conftest import sign_in
-from tests.e2e.flywheel import (HYPERPARAMS, NODE, SHADOW_MIN_REQUESTS, WORKFLOW, chat,
-                                content_of, drain_traces_until, echo, engine_models,
-                                ledger_rows, make_world, orders, reload, start_pool,
-                                stop_pool, wait_for, wait_snapshot)
+from tests.e2e.flywheel import (SHADOW_MIN_REQUESTS, WORKFLOW, chat, content_of,
+                                drain_traces_until, echo, engine_models, ledger_rows,
+                                make_world, orders, reload, start_pool, stop_pool,
+                                train_candidate, wait_for, wait_snapshot)
 from tests.factories import UserFactory
 from tests.pools.conftest import free_port_run
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 N_TRACES = 40
 N_SHADOWED = 6
-
-
-@pytest.fixture(scope="module")
-def node_worker(app_config, tmp_path_factory):
-    """A real Celery worker on this test's own node queue (``pool.flywheel``): it runs the
-    pool's replica tasks and the adapters.load / adapters.unload the rollout queues."""
-    with start_worker(app_config, tmp_path_factory.mktemp("flywheelnode"),
-                      queue=f"pool.{NODE}", name="flywheel",
-                      pool_args=("--pool", "threads", "--concurrency", "2"),
-                      extra_env={"SLUICE_NODE": NODE}) as worker:
-        yield worker
-
-
-@pytest.fixture()
-def own_files():
-    """Files and folders this test made under ADAPTERS_DIR (its dataset, its artifact),
-    removed afterwards; nothing else there is touched (other sessions share the folder)."""
-    paths: list[Path] = []
-    yield paths
-    for p in paths:
-        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def _click(page, event: str, comment: str = "") -> None:
@@ -91,15 +68,8 @@ def test_flywheel_traces_training_shadow_approval_canary_promotion_rollback(
 
         # 3. training: an ops user asks, the Celery worker trains and evaluates
         # a quarter held out (request-id hash): ~10 of 40, never an empty side in practice
-        adapter = training.request_training(ops, world.tenant.id, WORKFLOW,
-                                            hyperparams=HYPERPARAMS, heldout_fraction=0.25)
-        own_files.append(Path(adapter.dataset.path))
-        done = celery_worker.wait_for(
-            lambda: (a := reload(adapter.id)).state != states.TRAINING and a, 600,
-            "training to finish")
-        if done.artifact_path:
-            own_files.append(Path(done.artifact_path))
-        assert done.state == states.CANDIDATE, (done.error, celery_worker.log()[-3000:])
+        adapter, done = train_candidate(ops, world.tenant.id, WORKFLOW, celery_worker,
+                                        own_files)
         off, name = done.offline, done.name
         assert off["n"] == done.dataset.n_heldout >= 1 and off["metric"] == "text_f1", off
         assert off["concordance"] >= off["base_concordance"] + 0.3, off

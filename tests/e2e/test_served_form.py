@@ -16,19 +16,15 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
-from pathlib import Path
 
 import httpx
 import pytest
 
-from app.adapters import rollout, states, training
-from app.adapters.traces import count_usable, drain_traces
+from app.adapters import rollout, states
 from app.extensions import db
 from app.policies.models import Policy
-from tests.celery_workers import start_worker
-from tests.e2e.flywheel import (NODE, engine_models, make_world, reload, start_pool,
-                                stop_pool, wait_for)
+from tests.e2e.flywheel import (drain_traces_until, engine_models, make_world, reload,
+                                start_pool, stop_pool, train_candidate)
 from tests.factories import UserFactory
 from tests.gateway.conftest import publish_and_wait
 from tests.pools.conftest import free_port_run
@@ -82,42 +78,22 @@ def answer(r: httpx.Response) -> dict | None:
         return None
 
 
-@pytest.fixture(scope="module")
-def node_worker(app_config, tmp_path_factory):
-    with start_worker(app_config, tmp_path_factory.mktemp("formnode"),
-                      queue=f"pool.{NODE}", name="form",
-                      pool_args=("--pool", "threads", "--concurrency", "2"),
-                      extra_env={"SLUICE_NODE": NODE}) as worker:
-        yield worker
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_adapter_keeps_its_learned_form_after_minify_is_turned_off(
-        app, gateway, frontier, celery_worker, node_worker):
+        app, gateway, frontier, celery_worker, node_worker, own_files):
     ops = UserFactory(role="ops")
     world = make_world(app, gateway, frontier, free_port_run(1))
-    pool, made = world.pool, []
+    pool = world.pool
     try:
         rep = start_pool(ops, pool, node_worker)
         for text, fields in orders(N_TRACES, seed=11):
             assert answer(ask(world, text, "tier-3", " [[json:2]]")) == fields
+        assert drain_traces_until(world.tenant.id, N_TRACES, workflow=WORKFLOW) == N_TRACES
 
-        def drained() -> bool:
-            drain_traces()
-            return count_usable(world.tenant.id, WORKFLOW) >= N_TRACES
-        wait_for(drained, 60, f"{N_TRACES} traces in adapter_traces", every=0.3)
-
-        adapter = training.request_training(ops, world.tenant.id, WORKFLOW,
-                                            hyperparams=HYPERPARAMS, heldout_fraction=0.25)
-        made.append(Path(adapter.dataset.path))
+        adapter, done = train_candidate(ops, world.tenant.id, WORKFLOW, celery_worker,
+                                        own_files, HYPERPARAMS)
         assert adapter.form["minify_enabled"] is True      # the policy's, as it froze
-        done = celery_worker.wait_for(
-            lambda: (a := reload(adapter.id)).state != states.TRAINING and a, 600,
-            "training to finish")
-        if done.artifact_path:
-            made.append(Path(done.artifact_path))
-        assert done.state == states.CANDIDATE, (done.error, celery_worker.log()[-3000:])
         rollout.shadow(ops, adapter.id, "load it")
         node_worker.wait_for(lambda: reload(adapter.id).loaded == {str(rep.id): "ok"}, 120,
                              "the adapter to load")
@@ -153,5 +129,3 @@ def test_adapter_keeps_its_learned_form_after_minify_is_turned_off(
               f"after minify was turned off; {right_direct}/{N_ASKED} when sent full keys")
     finally:
         stop_pool(ops, pool, node_worker)
-        for p in made:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

@@ -210,7 +210,7 @@ def test_adapter_is_served_in_the_form_it_learned(app, gateway, fake_replicas, f
     turned off after it was trained on aliases, or on after it was trained on full keys):
     it gets its own form, tier 2 on the same pool gets the policy's, and the client gets
     its own keys from both."""
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     from app.contract.policy import DEFAULTS
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
                    policy={**POLICY, "minify_enabled": policy_minify,
@@ -239,7 +239,7 @@ def test_adapter_is_served_in_the_form_it_learned(app, gateway, fake_replicas, f
 
 def test_adapter_that_learned_the_policys_form_or_none_is_served_as_the_policy_says(
         app, gateway, fake_replicas, frontier):
-    from app.adapters.served_form import form_of
+    from app.contract.policy import form_of
     from app.contract.policy import DEFAULTS
     w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
                    policy={**POLICY, "minify_compact_json": False})

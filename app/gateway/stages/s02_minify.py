@@ -27,6 +27,7 @@ from typing import Any
 
 import anyio
 
+from app.contract.policy import form_differs
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
 
@@ -109,13 +110,13 @@ def minify_request(source: dict, policy, name: str, pool: bool
 
 
 def form_applies(ctx: RequestContext, form: dict) -> bool:
-    """Whether an adapter's served ``form`` (``app.adapters.served_form.form_of``) differs
+    """Whether an adapter's served ``form`` (``app.contract.policy.form_of``) differs
     from what the tenant's policy gives this request: only a ``json_schema`` request has a
     form (an adapter's dataset holds those alone), and only a field the form keeps counts."""
     rf = ctx.body.get("response_format")
-    if not form or not isinstance(rf, dict) or rf.get("type") != "json_schema":
+    if not isinstance(rf, dict) or rf.get("type") != "json_schema":
         return False
-    return any(ctx.policy.get(f) != v for f, v in form.items())
+    return bool(form_differs(form, ctx.policy))
 
 
 def trained_form(ctx: RequestContext, form: dict, tier=None

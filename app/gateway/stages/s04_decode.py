@@ -27,8 +27,9 @@ _RETRIES = ("schema_retry", "tool_retry")
 
 
 async def served_form(ctx: RequestContext) -> None:
-    """Before an attempt: an adapter is served in the form it learned (``app.adapters.
-    served_form``), whatever the tenant's policy gives the request now. When the attempt's
+    """Before an attempt, once ``ctx.adapter`` names its adapter: an adapter is served in
+    the form it learned (``app.adapters.served_form``), whatever the tenant's policy gives
+    the request now. When the attempt's
     adapter learned another form than S02 gave, ``ctx.upstream_body`` / ``ctx.minify`` /
     ``ctx.key_map`` become that form's (S05 expands the answer with it, so the client gets
     its own keys either way); an attempt after it without that adapter (another replica, a
@@ -37,7 +38,7 @@ async def served_form(ctx: RequestContext) -> None:
     from app.gateway.stages import s02_minify
     if any(a["reason"] in _RETRIES for a in ctx.attempts):
         return
-    form = adapters.form_of(ctx, adapters.adapter_for(ctx))
+    form = adapters.form_of(ctx, ctx.adapter)
     want = form is not None and s02_minify.form_applies(ctx, form)
     if ctx.form_swap is None:
         if not want:
@@ -55,7 +56,6 @@ def upstream_body(ctx: RequestContext, margin: bool = False) -> dict:
     body = dict(ctx.upstream_body or ctx.body)
     if margin:
         s04_margin.ask_logprobs(body)
-    ctx.adapter = adapters.adapter_for(ctx)
     body["model"] = ctx.adapter or ctx.snapshot.served_model(ctx.tier)
     if ctx.stream and (adapters.shadow_for(ctx) is not None or traces.candidate(ctx)
                        or shadow.may_explore(ctx)):
@@ -81,6 +81,7 @@ async def _attempt(ctx: RequestContext) -> str:
     headers = upstream_request_headers(ctx.client_headers, ctx.request_id,
                                        services.upstream.api_key(tier))
     watch = s04_margin.applies(ctx)
+    ctx.adapter = adapters.adapter_for(ctx)
     await served_form(ctx)
     body = upstream_body(ctx, margin=watch)
     await services.track_replica(ctx, replica.get("id"))
