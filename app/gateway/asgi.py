@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 import redis
-import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route
@@ -34,7 +33,7 @@ from app.contract.routers import PublishedRouters
 from app.contract.lint import LintSampler
 from app.contract.inflight import DEFAULT_TTL_S, AsyncInflightTracker
 from app.contract.keys import Keys
-from app.contract import heap, leases
+from app.contract import aredis, heap, leases
 
 log = logging.getLogger(__name__)
 STOP_TASKS_S = 3.0   # how long stop() waits for its cancelled background loops
@@ -64,8 +63,8 @@ class Gateway:
         self._hooks: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self.redis = aioredis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
-                                             socket_connect_timeout=1.0)
+        self.redis = aredis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
+                                     socket_connect_timeout=1.0)
         self.snapshots = SnapshotStore(self.redis, self.keys.snapshot_version(),
                                        self.keys.snapshot_data(), self.poll_s)
         self.limiter = RateLimiter(self.redis, self.keys)

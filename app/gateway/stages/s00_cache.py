@@ -186,9 +186,11 @@ class GatewayCache:
         budget call fails open. A blocking pool waits briefly for a free connection."""
         if self._aredis is None:
             import redis.asyncio as aioredis
-            pool = aioredis.BlockingConnectionPool.from_url(
+
+            from app.contract import aredis
+            pool = aredis.fast(aioredis.BlockingConnectionPool.from_url(
                 self.config["REDIS_URL"], max_connections=CACHE_ASYNC_CONNECTIONS, timeout=1.0,
-                socket_timeout=1.0, socket_connect_timeout=1.0)
+                socket_timeout=1.0, socket_connect_timeout=1.0))
             self._aredis = aioredis.Redis(connection_pool=pool)
         return self._aredis
 

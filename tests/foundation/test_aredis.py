@@ -1,0 +1,67 @@
+"""The gateway's asyncio Redis connections pack commands with hiredis: the same bytes and
+the same errors as redis-py's own packing, and real round trips (commands, scripts,
+pipelines) work through them."""
+import asyncio
+
+import pytest
+from redis.asyncio.connection import Connection, UnixDomainSocketConnection
+from redis.exceptions import DataError
+
+from app.contract import aredis
+from app.contract.inflight import Lua
+from tests.conftest import REDIS_URL
+
+ARGS = [("SET", "k", 1), ("SET", "k", 1.5), ("SET", "k", 0.1 + 0.2), ("SET", "k", 10**20),
+        ("SET", "k", -3), ("SET", "k", 1e300), ("SET", "k", float("inf")),
+        ("SET", "ключ", b"\xff\x00"), ("SET", "k", memoryview(b"mv")), ("SET", "k", ""),
+        ("CONFIG GET", "maxmemory"), ("EVALSHA", "ab" * 20, 2, "a", "b", "1.25", b"\x00" * 24)]
+
+
+def test_packing_is_redis_pys_bytes():
+    ours = aredis.packing(Connection)()
+    theirs = Connection()
+    assert type(ours).pack_command is not Connection.pack_command
+    for args in ARGS:
+        assert b"".join(ours.pack_command(*args)) == b"".join(theirs.pack_command(*args)), args
+    cmds = [("SET", "a", 1), ("GET", "a"), ("EVALSHA", "ab" * 20, 0, "x" * 10_000)]
+    assert b"".join(ours.pack_commands(cmds)) == b"".join(theirs.pack_commands(cmds))
+
+
+@pytest.mark.parametrize("bad", [None, True, object()])
+def test_packing_refuses_what_redis_py_refuses(bad):
+    with pytest.raises(DataError):
+        Connection().pack_command("SET", "k", bad)
+    with pytest.raises(DataError):
+        aredis.packing(Connection)().pack_command("SET", "k", bad)
+
+
+def test_classes_are_made_once_and_keep_their_kind():
+    tcp = aredis.packing(Connection)
+    assert aredis.packing(Connection) is tcp and aredis.packing(tcp) is tcp
+    unix = aredis.packing(UnixDomainSocketConnection)
+    assert issubclass(unix, UnixDomainSocketConnection) and unix is not tcp
+    client = aredis.from_url("unix:///tmp/nowhere.sock")
+    assert issubclass(client.connection_pool.connection_class, UnixDomainSocketConnection)
+
+
+def test_round_trips(redis_namespace):
+    async def go():
+        client = aredis.from_url(REDIS_URL, socket_timeout=2.0)
+        key = f"{redis_namespace}:aredis"
+        try:
+            await client.set(key, "Grüße \x00 1.5", ex=60)
+            assert await client.get(key) == "Grüße \x00 1.5".encode()
+            script = Lua("return {KEYS[1], ARGV[1], tonumber(ARGV[2]) * 2}")
+            assert await script.acall(client, [key], [b"\xff", 1.25]) == [key.encode(), b"\xff",
+                                                                            2]
+            pipe = client.pipeline(transaction=False)
+            pipe.incrby(key + ":n", 3).incrbyfloat(key + ":f", 0.5).expire(key + ":n", 60)
+            pipe.expire(key + ":f", 60)
+            assert await pipe.execute() == [3, 0.5, True, True]
+            conn = await client.connection_pool.get_connection()
+            assert getattr(type(conn), "_hiredis_packing", False)
+            await client.connection_pool.release(conn)
+        finally:
+            await client.delete(key, key + ":n", key + ":f")
+            await client.aclose()
+    asyncio.run(go())
