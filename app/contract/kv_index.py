@@ -196,8 +196,11 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int
                 ) -> tuple[list, list]:
     names = script_keys(_ROUTE_NAMES, keys, replica_ids, _route_keys)
     now = time.time()
-    return names, [repr(now), load_ttl_s, repr(now - stale_s),
-                   b"".join(block_id(h) for h in chain)]
+    if chain and isinstance(chain[0], bytes):   # the gateway's digests: one slice each
+        blob = b"".join([h[:8] for h in chain])
+    else:
+        blob = b"".join(block_id(h) for h in chain)
+    return names, [repr(now), load_ttl_s, repr(now - stale_s), blob]
 
 
 def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None, dict]:

@@ -79,9 +79,14 @@ class ChainCache:
         self.reused = self.hashed = 0
 
     def chain(self, namespace: str, tokens: Sequence[int]) -> list[bytes]:
-        step = KEY_TOKENS * 4
         n = len(tokens) // KEY_TOKENS * KEY_TOKENS
-        buf = array("I", tokens[:n]).tobytes()
+        return self.chain_bytes(namespace, array("I", tokens[:n]).tobytes())
+
+    def chain_bytes(self, namespace: str, ids: bytes) -> list[bytes]:
+        """``chain`` of token ids given as uint32 bytes (a trailing part block is left
+        out, as ``chain`` does)."""
+        step = KEY_TOKENS * 4
+        buf = ids[:len(ids) // step * step]
         if not buf:
             return []
         start = (namespace, buf[:step])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from array import array
 from collections import OrderedDict
 from typing import Any
 
@@ -58,20 +59,23 @@ class PromptTokens:
             else None
         self.render = _direct_render(tokenizer)
         self._encode = _direct_encode(tokenizer)
-        self.pieces: OrderedDict[str, list[int]] = OrderedDict()
+        self.special_bytes = {t: array("I", [i]).tobytes() for t, i in self.special_ids.items()}
+        self.pieces: OrderedDict[str, bytes] = OrderedDict()
         self.skeletons: dict[tuple, tuple[list[str], list[int]] | None] = {}
         self.chains = ChainCache()     # index keys of recent prompts' leading blocks
         self.lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def _piece(self, text: str) -> list[int]:
+    def _piece(self, text: str) -> bytes:
+        """``text``'s ids as uint32 bytes (the chain hashes bytes; joining a prompt's
+        pieces costs less than building its id list and packing it)."""
         with self.lock:
             ids = self.pieces.get(text)
             if ids is not None:
                 self.pieces.move_to_end(text)
                 self.hits += 1
                 return ids
-        ids = self._encode(text)
+        ids = array("I", self._encode(text)).tobytes()
         with self.lock:
             self.misses += 1
             self.pieces[text] = ids
@@ -79,16 +83,32 @@ class PromptTokens:
                 self.pieces.popitem(last=False)
         return ids
 
-    def encode(self, text: str) -> list[int]:
+    def encode_bytes(self, text: str) -> bytes:
+        """``encode(text)`` as uint32 bytes."""
         if self.split is None:
             return self._piece(text)
-        out: list[int] = []
-        for part in self.split.split(text):
-            if not part:
-                continue
-            sid = self.special_ids.get(part)
-            out.extend([sid] if sid is not None else self._piece(part))
-        return out
+        out: list[bytes] = []
+        specials, pieces, missed = self.special_bytes, self.pieces, []
+        with self.lock:              # one acquire for the cached pieces of the whole text
+            for part in self.split.split(text):
+                if not part:
+                    continue
+                ids = specials.get(part)
+                if ids is None:
+                    ids = pieces.get(part)
+                    if ids is None:
+                        missed.append((len(out), part))
+                        out.append(b"")
+                        continue
+                    pieces.move_to_end(part)
+                    self.hits += 1
+                out.append(ids)
+        for at, part in missed:      # tokenized outside the lock
+            out[at] = self._piece(part)
+        return b"".join(out)
+
+    def encode(self, text: str) -> list[int]:
+        return array("I", self.encode_bytes(text)).tolist()
 
     def _skeleton(self, roles: tuple) -> tuple[list[str], list[int]] | None:
         """The render of this role sequence as (literal texts, content slot between each
@@ -125,6 +145,10 @@ class PromptTokens:
 
     def prompt_ids(self, body: dict) -> list[int]:
         """The engine's prompt ids for a chat body (``Engine.encode_chat``'s plain path)."""
+        return array("I", self.prompt_bytes(body)).tolist()
+
+    def prompt_bytes(self, body: dict) -> bytes:
+        """``prompt_ids(body)`` as uint32 bytes, as the chain hashes them."""
         messages, plain = [], True
         for m in body.get("messages") or []:
             content = m.get("content")
@@ -134,11 +158,11 @@ class PromptTokens:
             messages.append({**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
-            return self.encode(self.render_plain(messages))
+            return self.encode_bytes(self.render_plain(messages))
         kwargs = {"tools": tools} if tools else {}
         text = self.tok.apply_chat_template(messages, add_generation_prompt=True,
                                             tokenize=False, **kwargs)
-        return self.encode(text)
+        return self.encode_bytes(text)
 
 
 def _fill(skel: tuple[list[str], list[int]], contents: list[str]) -> str:
@@ -243,9 +267,10 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
                   ) -> tuple[list[bytes], int]:
     """(index keys of the blocks the engine would look up for this request, prompt
     tokens). ``adapter``: the LoRA adapter that serves it, None for the base model."""
-    ids = tokens.prompt_ids(body)
-    usable = (len(ids) - 1) // BLOCK_TOKENS * BLOCK_TOKENS   # the engine's lookup length
-    return tokens.chains.chain(key_namespace(adapter, salt), ids[:usable]), len(ids)
+    buf = tokens.prompt_bytes(body)
+    n = len(buf) // 4
+    usable = (n - 1) // BLOCK_TOKENS * BLOCK_TOKENS   # the engine's lookup length
+    return tokens.chains.chain_bytes(key_namespace(adapter, salt), buf[:usable * 4]), n
 
 
 async def route_inputs(services, replica_ids: list, chain: list[bytes],
