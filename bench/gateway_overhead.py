@@ -320,6 +320,35 @@ def print_table(results: dict[int, dict[str, dict]]) -> None:
                 print(f"      {name} error sample: {res['error_sample']}")
 
 
+def median_cell(runs: list[dict]) -> dict:
+    """One target's cell over rounds: the median of each figure, every round's p50 kept."""
+    import statistics
+    if len(runs) == 1:
+        return {**runs[0], "rounds_p50": [runs[0]["p50_ms"]]}
+    out = dict(runs[-1])
+    for k in ("p50_ms", "p99_ms", "rps", "cpu_us"):
+        vals = [r[k] for r in runs if r[k] is not None]
+        out[k] = statistics.median(vals) if vals else None
+    out["errors"] = sum(r["errors"] for r in runs)
+    out["rounds_p50"] = [r["p50_ms"] for r in runs]
+    return out
+
+
+def print_pairs(results: dict[int, dict[str, dict]]) -> None:
+    """--s03: s03-kv minus s03-sluice p50 per round (the two ran back to back each round)."""
+    import statistics
+    for conc, row in results.items():
+        if "s03-kv" not in row or "s03-sluice" not in row:
+            continue
+        diffs = [a - b for a, b in zip(row["s03-kv"]["rounds_p50"],
+                                       row["s03-sluice"]["rounds_p50"])
+                 if a is not None and b is not None]
+        if diffs:
+            print(f"conc {conc}: s03-kv minus s03-sluice p50 per round (ms): "
+                  + " ".join(f"{d:+.2f}" for d in diffs)
+                  + f"; median {statistics.median(diffs):+.2f}")
+
+
 def teardown(procs: list[subprocess.Popen], r, ns: str) -> None:
     """Stop the bench's processes (TERM, then KILL after 15 s) and drop its Redis keys."""
     for p in procs:
@@ -350,6 +379,11 @@ def main() -> None:
                     help="also time temperature-0 requests that pay S00 (all misses)")
     ap.add_argument("--s03", action="store_true",
                     help="also time S03's choice on a 4-replica pool: sluice vs kv_events")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run every target this many times per level, alternating the order; "
+                         "print the medians and, for --s03, each round's s03-kv minus "
+                         "s03-sluice (the two rows' difference moves with the box between "
+                         "cells more than it does between policies)")
     ap.add_argument("--litellm", default=os.environ.get("SLUICE_BENCH_LITELLM",
                                                         "/tmp/litellm-venv"))
     args = ap.parse_args()
@@ -457,14 +491,19 @@ def main() -> None:
         def measure(rate: float) -> dict[int, dict[str, dict]]:
             results: dict[int, dict[str, dict]] = {}
             for conc in levels:
-                results[conc] = {}
-                for name, (url, path) in targets.items():
-                    cpu0 = tree_cpu_s(owners[name])
-                    res = run_load(url, path, conc, args.seconds, args.warm,
-                                   modes.get(name, "plain"), rate)
-                    total = res["n"] + res.get("warm_n", 0)
-                    res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
-                    results[conc][name] = res
+                cells: dict[str, list[dict]] = {name: [] for name in targets}
+                for rnd in range(args.rounds):
+                    # every other round in reverse: no target always runs after the same one
+                    order = list(targets) if rnd % 2 == 0 else list(targets)[::-1]
+                    for name in order:
+                        url, path = targets[name]
+                        cpu0 = tree_cpu_s(owners[name])
+                        res = run_load(url, path, conc, args.seconds, args.warm,
+                                       modes.get(name, "plain"), rate)
+                        total = res["n"] + res.get("warm_n", 0)
+                        res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
+                        cells[name].append(res)
+                results[conc] = {name: median_cell(runs) for name, runs in cells.items()}
             return results
 
         runs = [("closed loop: each connection sends its next request when the last "
@@ -477,8 +516,10 @@ def main() -> None:
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
               f"{args.gateway_workers} gateway worker(s)")
         for title, results in runs:
-            print(f"\n{title}")
+            print(f"\n{title}" + (f"; each cell the median of {args.rounds} rounds, run in "
+                                  "alternating order" if args.rounds > 1 else ""))
             print_table(results)
+            print_pairs(results)
         if litellm_note:
             print(litellm_note)
     finally:
