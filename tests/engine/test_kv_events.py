@@ -77,8 +77,28 @@ class Events:
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.SUB)
         self.sock.setsockopt(zmq.SUBSCRIBE, topic.encode())
-        self.sock.connect(endpoint)
+        self._joined(endpoint)
         self.frames: list[list[bytes]] = []
+
+    def _joined(self, endpoint: str, timeout_s: float = 15.0) -> None:
+        """Connect and return once the ZMTP handshake with the PUB is done: a PUB drops
+        what it sends before the subscription reaches it (the slow joiner), so a fixed
+        sleep lost the first events on a loaded box. The subscription goes out right after
+        the handshake; the short sleep covers the PUB's I/O thread taking it in."""
+        from zmq.utils.monitor import recv_monitor_message
+        monitor = self.sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        try:
+            self.sock.connect(endpoint)
+            deadline = time.monotonic() + timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                assert left > 0 and monitor.poll(int(left * 1000)), f"no handshake with {endpoint}"
+                if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                    break
+        finally:
+            self.sock.disable_monitor()
+            monitor.close(0)
+        time.sleep(0.2)
 
     def drain(self, settle_s: float = 0.5) -> list[list[bytes]]:
         got = []
@@ -137,7 +157,6 @@ def _own(i: int) -> list[dict]:
 def test_events_are_vllms_wire_format_from_the_real_cache(engine, ports):
     ev = Events(f"tcp://127.0.0.1:{ports[0]}", "kv@tiny-0")
     try:
-        time.sleep(0.5)                         # the SUB joins before the events we want
         assert engine.chat(_prompt(1), max_tokens=2).status_code == 200
         frames = ev.drain()
         assert frames, "no event after a request"
@@ -178,7 +197,6 @@ def test_events_are_vllms_wire_format_from_the_real_cache(engine, ports):
 def test_salted_tenants_share_no_block(engine, ports):
     ev = Events(f"tcp://127.0.0.1:{ports[0]}", "kv@tiny-0")
     try:
-        time.sleep(0.5)
         for salt in ("tenant-a", "tenant-b"):
             assert engine.chat(_prompt(7), max_tokens=2, cache_salt=salt).status_code == 200
         stored = [e for f in ev.drain() for e in VLLM_DECODER.decode(f[2]).events
