@@ -143,14 +143,8 @@ class WorkflowMemory:
     def co_called(self, key: tuple, other_than: str | None = None
                   ) -> dict[str, dict[str, int]]:
         """Tool -> {tool called in the same conversation: how many conversations}."""
-        out: dict[str, dict[str, int]] = {}
-        for _, called in self.entries(key, other_than):
-            for a in called:
-                for b in called:
-                    if a != b:
-                        out.setdefault(a, {})
-                        out[a][b] = out[a].get(b, 0) + 1
-        return out
+        from app.core.tool_select import co_called_counts
+        return co_called_counts(self.entries(key, other_than))
 
 
 MEMORY = WorkflowMemory()
@@ -175,13 +169,14 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
     under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs, and of the
     scored picks only ``full`` in full (``select_tools``)."""
-    from app.core.tool_select import called_names, learned_tools
+    from app.core.tool_select import called_names, co_called_counts, learned_tools
     sims = similarity(tools, query, qvec, clauses)
     # not from this conversation's own earlier turns: its calls are already sent as called,
-    # and learning from itself moved its ranking (and the tool block) from turn to turn
-    learned = learned_tools(qvec, memory.entries(key, other_than=query),
-                            min_similarity=LEARNED_MIN_SIMILARITY)
-    co_called = memory.co_called(key, other_than=query)
+    # and learning from itself moved its ranking (and the tool block) from turn to turn.
+    # One read of the memory, two uses.
+    past = memory.entries(key, other_than=query)
+    learned = learned_tools(qvec, past, min_similarity=LEARNED_MIN_SIMILARITY)
+    co_called = co_called_counts(past)
     memory.learn(key, query, qvec, called_names(messages))
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
