@@ -22,6 +22,9 @@ from app.core.tool_select import Selection, parse_pinned, prerequisites, query_t
     select_tools, stub_definition, tool_fields, tool_name
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
+from app.gateway.workflow_memory import SharedWorkflowMemory, WorkflowMemory
+
+Memory = WorkflowMemory | SharedWorkflowMemory
 
 log = logging.getLogger(__name__)
 MEMO_MAX = 8192   # tool vectors / token counts remembered per process
@@ -114,40 +117,7 @@ def clause_vectors(query: str) -> list:
     return list(zip(parts, embed_many(parts))) if parts else []
 
 
-class WorkflowMemory:
-    """What each workflow's conversations asked and which tools they called, most recent
-    ``size`` conversations per (tenant, workflow), in this process: a conversation is
-    remembered from its later turns (their earlier ``tool_calls``), keyed by its user
-    turns, so the tools a kind of task needs are sent the next time it is asked."""
-
-    def __init__(self, size: int = 512) -> None:
-        self.size, self.lock = size, threading.Lock()
-        self.data: dict[tuple, OrderedDict] = {}
-
-    def learn(self, key: tuple, query: str, vec, called: list[str]) -> None:
-        if not called:
-            return
-        with self.lock:
-            mem = self.data.setdefault(key, OrderedDict())
-            mem[query] = (vec, tuple(called))
-            mem.move_to_end(query)
-            while len(mem) > self.size:
-                mem.popitem(last=False)
-
-    def entries(self, key: tuple, other_than: str | None = None) -> list:
-        """The remembered (vector, called) pairs; ``other_than``: not the conversation
-        with those user turns (its own earlier turns)."""
-        with self.lock:
-            return [v for q, v in (self.data.get(key) or {}).items() if q != other_than]
-
-    def co_called(self, key: tuple, other_than: str | None = None
-                  ) -> dict[str, dict[str, int]]:
-        """Tool -> {tool called in the same conversation: how many conversations}."""
-        from app.core.tool_select import co_called_counts
-        return co_called_counts(self.entries(key, other_than))
-
-
-MEMORY = WorkflowMemory()
+MEMORY = WorkflowMemory()   # without the gateway's shared memory (a bare unit test)
 LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
 LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
 # past the policy's k, up to K_EXTRA more tools scored within MARGIN of the best; the field
@@ -163,7 +133,7 @@ LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
-               memory: WorkflowMemory, clauses: list | None = None,
+               memory: Memory, clauses: list | None = None,
                stubs: int = 0, full: int | None = None) -> Selection:
     """The selection for a conversation whose user turns ``query`` embed as ``qvec``
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
@@ -173,7 +143,7 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     sims = similarity(tools, query, qvec, clauses)
     # not from this conversation's own earlier turns: its calls are already sent as called,
     # and learning from itself moved its ranking (and the tool block) from turn to turn.
-    # One read of the memory, two uses.
+    # One read (the shared memory's one round trip), two uses.
     past = memory.entries(key, other_than=query)
     learned = learned_tools(qvec, past, min_similarity=LEARNED_MIN_SIMILARITY)
     co_called = co_called_counts(past)
@@ -185,7 +155,7 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                         full=full)
 
 
-def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
+def select(ctx: RequestContext, body: dict, memory: Memory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
     tools, messages = body["tools"], body.get("messages") or []
     k = int(ctx.policy["tool_retrieval_k"])
