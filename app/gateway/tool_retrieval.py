@@ -6,7 +6,8 @@ S02 calls ``choose`` first (the body it minifies carries the chosen tools) and
 ``count_definitions`` last (tokens of the tools as sent, and what retrieval kept out);
 S05 calls ``needs_full_set`` on a complete answer. Tool vectors come from the cache's
 embedding model and are remembered per process; the query is the user turns, embedded
-once per request.
+once per request. What the workflow's past conversations called comes from the gateway's
+``SharedWorkflowMemory`` (Redis, every gateway process; ``app.gateway.workflow_memory``).
 """
 from __future__ import annotations
 
@@ -180,8 +181,9 @@ def choose(ctx: RequestContext) -> dict:
     body = ctx.body
     if not _applies(ctx, body):
         return body
+    shared = getattr(ctx.services, "tool_memory", None)
     try:
-        sel = select(ctx, body)
+        sel = select(ctx, body, MEMORY if shared is None else shared)
     except Exception:  # noqa: BLE001 - retrieval saves tokens; failing it sends every tool
         log.exception("request %s: tool retrieval failed, sending every tool", ctx.request_id)
         ctx.telemetry["tools"] = {"retrieval": "failed"}
