@@ -154,6 +154,12 @@ class Keys:
         on the hit evicts the source)."""
         return self.k("cache", "served", request_id)
 
+    # --- S02 tool retrieval ------------------------------------------------------------
+    def tool_memory(self, tenant_id: object, workflow: str) -> str:
+        """Stream of one workflow's conversations, what they asked and the tools they
+        called (``app.gateway.workflow_memory``); expires when the workflow goes quiet."""
+        return self.k("tools", "memory", tenant_id, workflow)
+
     # --- template lint samples (gateways sample, the console reads) ------------------
     def lint_workflows(self) -> str:
         return self.k("lint", "workflows")

@@ -293,6 +293,20 @@ def learned_tools(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *
     return out
 
 
+def co_called_counts(memory: Iterable[tuple[Any, Sequence[str]]]
+                     ) -> dict[str, dict[str, int]]:
+    """Tool -> {tool called in the same past conversation: how many conversations};
+    ``memory`` as ``learned_tools`` takes it."""
+    out: dict[str, dict[str, int]] = {}
+    for _, called in memory:
+        for a in called:
+            for b in called:
+                if a != b:
+                    out.setdefault(a, {})
+                    out[a][b] = out[a].get(b, 0) + 1
+    return out
+
+
 def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                  tool_choice: Any, *, k: int, pinned: Iterable[str],
                  similarity: Sequence[float],
@@ -309,7 +323,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     workflow's alike past conversations called (``learned_tools``); their cosine is added
     to their score, so a strong direct match still competes with a weak neighbour.
     ``co_called``: tool -> tools called with it in the workflow's past conversations
-    (``WorkflowMemory.co_called``); the companions of the ``companion_of`` best scored
+    (``co_called_counts``); the companions of the ``companion_of`` best scored
     tools get ``companion_weight`` more (a customer lookup before an invoice). The ``k``
     best scored go, then up to ``k_max`` (default ``k``) those within ``margin`` of the
     best. ``prerequisite`` (``prerequisites``): the lookups of every tool sent go too,

@@ -29,6 +29,7 @@ from app.contract.snapshot import SnapshotStore
 from app.gateway.stages import s00_cache
 from app.gateway.telemetry import GatewayMetrics, finish
 from app.gateway.upstream import Upstream
+from app.gateway.workflow_memory import SharedWorkflowMemory, memory_client
 from app.contract.routers import PublishedRouters
 from app.contract.lint import LintSampler
 from app.contract.inflight import DEFAULT_TTL_S, AsyncInflightTracker
@@ -58,6 +59,7 @@ class Gateway:
         self.routers = PublishedRouters()   # S01's active router per scope
         self._router_redis = None           # sync client: PublishedRouters.refresh is sync
         self.lint: LintSampler | None = None  # system-prompt samples for the template lint
+        self.tool_memory: SharedWorkflowMemory | None = None  # S02's, shared through Redis
         self._tasks: list[asyncio.Task] = []
         self._stopping = False   # the background loops end at their next turn
         self._hooks: set[asyncio.Task] = set()
@@ -82,6 +84,8 @@ class Gateway:
         self.upstream = Upstream(eject_s=float(self.config["GATEWAY_EJECT_S"]))
         self.lint = LintSampler(self.redis, self.keys,
                                 float(self.config["GATEWAY_LINT_INTERVAL_S"]))
+        self.tool_memory = SharedWorkflowMemory(memory_client(self.config["REDIS_URL"]),
+                                                self.keys)
         await self.snapshots.refresh()
         self._router_redis = redis.Redis.from_url(self.config["REDIS_URL"], socket_timeout=1.0,
                                                   socket_connect_timeout=1.0)
@@ -229,6 +233,8 @@ class Gateway:
         await self.redis.aclose()
         if self._router_redis is not None:
             self._router_redis.close()
+        if self.tool_memory is not None:
+            self.tool_memory.redis.close()
         self.cache.close()
 
     def book(self, ctx: RequestContext) -> None:

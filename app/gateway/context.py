@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from app.gateway.stages.s00_cache import GatewayCache
     from app.gateway.telemetry import GatewayMetrics
     from app.gateway.upstream import Upstream
+    from app.gateway.workflow_memory import SharedWorkflowMemory
 
 
 class GatewayServices(Protocol):
@@ -29,6 +30,7 @@ class GatewayServices(Protocol):
     metrics: GatewayMetrics
     cache: GatewayCache
     routers: PublishedRouters
+    tool_memory: SharedWorkflowMemory   # S02's tool retrieval memory (sync Redis client)
 
     async def track_replica(self, ctx: RequestContext, replica_id: Any) -> None:
         """Count ``ctx`` in flight on ``replica_id`` until it is booked."""

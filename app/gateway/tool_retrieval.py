@@ -6,7 +6,8 @@ S02 calls ``choose`` first (the body it minifies carries the chosen tools) and
 ``count_definitions`` last (tokens of the tools as sent, and what retrieval kept out);
 S05 calls ``needs_full_set`` on a complete answer. Tool vectors come from the cache's
 embedding model and are remembered per process; the query is the user turns, embedded
-once per request.
+once per request. What the workflow's past conversations called comes from the gateway's
+``SharedWorkflowMemory`` (Redis, every gateway process; ``app.gateway.workflow_memory``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from app.core.tool_select import Selection, parse_pinned, prerequisites, query_t
     select_tools, stub_definition, tool_fields, tool_name
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
+from app.gateway.workflow_memory import SharedWorkflowMemory, WorkflowMemory
+
+Memory = WorkflowMemory | SharedWorkflowMemory
 
 log = logging.getLogger(__name__)
 MEMO_MAX = 8192   # tool vectors / token counts remembered per process
@@ -114,46 +118,7 @@ def clause_vectors(query: str) -> list:
     return list(zip(parts, embed_many(parts))) if parts else []
 
 
-class WorkflowMemory:
-    """What each workflow's conversations asked and which tools they called, most recent
-    ``size`` conversations per (tenant, workflow), in this process: a conversation is
-    remembered from its later turns (their earlier ``tool_calls``), keyed by its user
-    turns, so the tools a kind of task needs are sent the next time it is asked."""
-
-    def __init__(self, size: int = 512) -> None:
-        self.size, self.lock = size, threading.Lock()
-        self.data: dict[tuple, OrderedDict] = {}
-
-    def learn(self, key: tuple, query: str, vec, called: list[str]) -> None:
-        if not called:
-            return
-        with self.lock:
-            mem = self.data.setdefault(key, OrderedDict())
-            mem[query] = (vec, tuple(called))
-            mem.move_to_end(query)
-            while len(mem) > self.size:
-                mem.popitem(last=False)
-
-    def entries(self, key: tuple, other_than: str | None = None) -> list:
-        """The remembered (vector, called) pairs; ``other_than``: not the conversation
-        with those user turns (its own earlier turns)."""
-        with self.lock:
-            return [v for q, v in (self.data.get(key) or {}).items() if q != other_than]
-
-    def co_called(self, key: tuple, other_than: str | None = None
-                  ) -> dict[str, dict[str, int]]:
-        """Tool -> {tool called in the same conversation: how many conversations}."""
-        out: dict[str, dict[str, int]] = {}
-        for _, called in self.entries(key, other_than):
-            for a in called:
-                for b in called:
-                    if a != b:
-                        out.setdefault(a, {})
-                        out[a][b] = out[a].get(b, 0) + 1
-        return out
-
-
-MEMORY = WorkflowMemory()
+MEMORY = WorkflowMemory()   # without the gateway's shared memory (a bare unit test)
 LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
 LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
 # past the policy's k, up to K_EXTRA more tools scored within MARGIN of the best; the field
@@ -169,19 +134,20 @@ LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
-               memory: WorkflowMemory, clauses: list | None = None,
+               memory: Memory, clauses: list | None = None,
                stubs: int = 0, full: int | None = None) -> Selection:
     """The selection for a conversation whose user turns ``query`` embed as ``qvec``
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
     under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs, and of the
     scored picks only ``full`` in full (``select_tools``)."""
-    from app.core.tool_select import called_names, learned_tools
+    from app.core.tool_select import called_names, co_called_counts, learned_tools
     sims = similarity(tools, query, qvec, clauses)
     # not from this conversation's own earlier turns: its calls are already sent as called,
-    # and learning from itself moved its ranking (and the tool block) from turn to turn
-    learned = learned_tools(qvec, memory.entries(key, other_than=query),
-                            min_similarity=LEARNED_MIN_SIMILARITY)
-    co_called = memory.co_called(key, other_than=query)
+    # and learning from itself moved its ranking (and the tool block) from turn to turn.
+    # One read (the shared memory's one round trip), two uses.
+    past = memory.entries(key, other_than=query)
+    learned = learned_tools(qvec, past, min_similarity=LEARNED_MIN_SIMILARITY)
+    co_called = co_called_counts(past)
     memory.learn(key, query, qvec, called_names(messages))
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
@@ -190,7 +156,7 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                         full=full)
 
 
-def select(ctx: RequestContext, body: dict, memory: WorkflowMemory = MEMORY) -> Selection:
+def select(ctx: RequestContext, body: dict, memory: Memory = MEMORY) -> Selection:
     from app.contract.cache.embedding import embed
     tools, messages = body["tools"], body.get("messages") or []
     k = int(ctx.policy["tool_retrieval_k"])
@@ -215,8 +181,9 @@ def choose(ctx: RequestContext) -> dict:
     body = ctx.body
     if not _applies(ctx, body):
         return body
+    shared = getattr(ctx.services, "tool_memory", None)
     try:
-        sel = select(ctx, body)
+        sel = select(ctx, body, MEMORY if shared is None else shared)
     except Exception:  # noqa: BLE001 - retrieval saves tokens; failing it sends every tool
         log.exception("request %s: tool retrieval failed, sending every tool", ctx.request_id)
         ctx.telemetry["tools"] = {"retrieval": "failed"}

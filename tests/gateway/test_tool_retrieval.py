@@ -4,8 +4,9 @@ tool that was not sent. Real gateway, fake OpenAI upstreams, real MiniLM embeddi
 from __future__ import annotations
 
 import httpx
+import pytest
 
-from tests.gateway.conftest import make_world
+from tests.gateway.conftest import World, health, make_world, off_path_gateway, wait_for
 
 SPECS = {
     "get_weather": "Current weather and forecast for a city",
@@ -205,6 +206,37 @@ def test_a_conversation_does_not_learn_from_its_own_earlier_turns():
     assert memory.co_called(key, other_than="fly to Rome") == {}
     assert memory.co_called(key) == {"search_flights": {"book_flight": 1},
                                      "book_flight": {"search_flights": 1}}
+
+
+@pytest.fixture(scope="module")
+def second_gateway(app_config, tmp_path_factory):
+    """Another gateway process on the same Redis, as a second worker (or a restart) is."""
+    s = off_path_gateway(app_config, tmp_path_factory, "second")
+    yield s
+    s.stop()
+
+
+def test_what_one_gateway_process_learned_another_sends(app, gateway, second_gateway,
+                                                        fake_replicas, frontier):
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url,
+                   policy={**POLICY, "cache_enabled": False})
+    version = health(gateway)["snapshot_version"]
+    wait_for(lambda: (health(second_gateway).get("snapshot_version") or 0) >= version,
+             what="the second gateway's snapshot")
+    other = World(gateway=second_gateway, tenant=w.tenant, key=w.key, tiers=w.tiers,
+                  pool=w.pool).client()
+    ask = [{"role": "user", "content": "Will it rain in Paris tomorrow?"}]
+    other.chat.completions.create(model="tier-1", messages=ask, tools=TOOLS, temperature=0)
+    assert "play_music" not in _sent(fake_replicas[0])
+    # through the first gateway, a conversation that asked alike called play_music
+    w.client().chat.completions.create(model="tier-1", tools=TOOLS, temperature=0, messages=[
+        {"role": "user", "content": "Will it rain in Paris tomorrow evening?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "play_music", "arguments": '{"query": "rain songs"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "playing"}])
+    other.chat.completions.create(model="tier-1", messages=ask, tools=TOOLS, temperature=0)
+    assert "play_music" in _sent(fake_replicas[0])   # learned in the other process
 
 
 def _streamed_call(client, messages) -> tuple[str, str, list[str]]:
