@@ -44,6 +44,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, Iterable, Iterator
 
+from app.contract.inflight import Lua
 from app.contract.keys import Keys
 from app.core.costing import format_usd, from_micro, to_micro
 
@@ -120,6 +121,13 @@ _UNLOCK = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+# Every request runs both (reserve before upstream, settle after): by sha1 (EVALSHA), so the
+# script text is not sent and hashed again per call; EVALSHA's NoScriptError means the
+# script did not run, so the fallback EVAL never applies a settle twice.
+_RESERVE_SCRIPT = Lua(_RESERVE)
+_SETTLE_SCRIPT = Lua(_SETTLE)
 
 
 def current_period(now: datetime | None = None) -> str:
@@ -206,13 +214,13 @@ def reserve(redis, ns: str, tenant_id: int, estimate_usd: Decimal | float,
     refused, the message for the 429 body. Pass the same ``period`` (and ``hold``) to
     ``settle``."""
     keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period, hold)
-    return _reserve_result(redis.eval(_RESERVE, len(keys), *keys, *args), tenant_id, period)
+    return _reserve_result(_RESERVE_SCRIPT(redis, keys, args), tenant_id, period)
 
 
 async def areserve(redis, ns: str, tenant_id: int, estimate_usd: Decimal | float,
                    period: str | None = None, hold: Hold | None = None) -> tuple[bool, str]:
     keys, args, period = _reserve_call(ns, tenant_id, estimate_usd, period, hold)
-    raw = await redis.eval(_RESERVE, len(keys), *keys, *args)
+    raw = await _RESERVE_SCRIPT.acall(redis, keys, args)
     return _reserve_result(raw, tenant_id, period)
 
 
@@ -240,7 +248,7 @@ def settle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
     the reaper has not given it back already. Returns the month's spent micro-dollars."""
     keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id,
                               hold)
-    return int(redis.eval(_SETTLE, len(keys), *keys, *args))
+    return int(_SETTLE_SCRIPT(redis, keys, args))
 
 
 async def asettle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
@@ -251,7 +259,7 @@ async def asettle(redis, ns: str, tenant_id: int, reserved_usd: Decimal | float,
     with a ``hold`` it is applied only while the hold is still there (at most once)."""
     keys, args = _settle_call(ns, tenant_id, reserved_usd, actual_usd, period, request_id,
                               hold, retry)
-    return int(await redis.eval(_SETTLE, len(keys), *keys, *args))
+    return int(await _SETTLE_SCRIPT.acall(redis, keys, args))
 
 
 def state(redis, ns: str, tenant_id: int, period: str | None = None) -> dict[str, Any]:
