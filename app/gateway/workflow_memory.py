@@ -3,9 +3,12 @@ memory (``tool_retrieval.select_for`` reads ``entries`` and calls ``learn``).
 
 ``WorkflowMemory`` keeps it in one process. ``SharedWorkflowMemory`` keeps it in Redis, so
 every gateway worker learns from all the traffic and a restart forgets nothing: one stream
-per (tenant, workflow) (``Keys.tool_memory``), an entry per conversation learned (its user
-turns ``q``, their unit vector as float32 bytes ``v``, the tools called ``c``), trimmed to
-about ``size`` entries and expiring when the workflow goes quiet. Each process holds a
+per (tenant, workflow) (``Keys.tool_memory``), an entry per conversation learned (a digest of
+its user turns ``q``, their unit vector as float32 bytes ``v``, the tools called ``c``), trimmed to
+about ``size`` entries and expiring when the workflow goes quiet. The user turns are kept
+only as a digest (``query_id``: the memory needs them to tell one conversation from another,
+never to read them), so Redis holds no request text of the tenant's (the vector, as the
+semantic cache's, is kept). Each process holds a
 ``WorkflowMemory`` as its mirror and, before reading a workflow's memory, asks the stream
 only for the entries after the last one it has seen (one small round trip when nothing
 is new). Redis out or slow: the mirror answers alone and learns locally, and Redis is
@@ -13,6 +16,7 @@ left alone for ``RETRY_AFTER_S``.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -71,6 +75,11 @@ class WorkflowMemory:
         return co_called_counts(self.entries(key, other_than))
 
 
+def query_id(query: str) -> str:
+    """What the shared memory keeps of a conversation's user turns: a digest."""
+    return hashlib.blake2b(query.encode(), digest_size=16).hexdigest()
+
+
 def _stream_id(raw: Any) -> tuple[int, int]:
     ms, _, seq = (raw.decode() if isinstance(raw, bytes) else str(raw)).partition("-")
     return int(ms), int(seq or 0)
@@ -125,6 +134,7 @@ class SharedWorkflowMemory:
         workflow's stream, whose TTL starts again."""
         if not called:
             return
+        query = query_id(query)
         self.mirror.learn(key, query, vec, called)
         if not self._available():
             return
@@ -144,7 +154,7 @@ class SharedWorkflowMemory:
         """As ``WorkflowMemory.entries``, after the mirror has read what the stream gained
         since it last looked (every gateway process's conversations)."""
         self.sync(key)
-        return self.mirror.entries(key, other_than)
+        return self.mirror.entries(key, None if other_than is None else query_id(other_than))
 
     def co_called(self, key: tuple, other_than: str | None = None
                   ) -> dict[str, dict[str, int]]:

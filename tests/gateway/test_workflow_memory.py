@@ -57,6 +57,10 @@ def test_what_one_process_learns_the_other_reads_and_a_restart_keeps(keys, key):
     restarted = process(keys)
     assert called(restarted.entries(key)) == called(a.entries(key)) == called(b.entries(key))
     assert restarted.entries(("another tenant", key[1])) == []
+    # Redis keeps a digest of the user turns, never their text
+    stored = a.redis.xrange(keys.tool_memory(*key))
+    assert len(stored) == 3 and all(len(f[b"q"]) == 32 for _, f in stored)
+    assert not any(b"Rome" in f[b"q"] or b"flight" in f[b"q"] for _, f in stored)
 
 
 def test_the_same_question_learned_again_replaces_the_older(keys, key):
