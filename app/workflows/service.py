@@ -1,6 +1,8 @@
 """Workflow operations: created by traffic (the ledger drain), named and categorised by people."""
 from __future__ import annotations
 
+from flask import current_app
+
 from app.audit.service import record
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
@@ -122,6 +124,26 @@ def tool_token_totals(workflows: list[Workflow], days: int = TOOL_TOKEN_DAYS
         if wid is not None:
             out[wid] = (int(sent or 0), int(saved or 0), int(retries or 0))
     return out
+
+
+def tool_memory_sizes(workflows: list[Workflow]) -> dict[int, int] | None:
+    """Workflow id -> conversations tool retrieval remembers for it (the gateways' shared
+    memory, ``app.gateway.workflow_memory``); None when Redis does not answer."""
+    import redis
+
+    from app.contract.keys import Keys
+    from app.redis_client import get_redis
+    if not workflows:
+        return {}
+    keys = Keys(current_app.config["REDIS_NAMESPACE"])
+    try:
+        pipe = get_redis().pipeline(transaction=False)
+        for w in workflows:
+            pipe.xlen(keys.tool_memory(w.tenant_id, w.signature))
+        sizes = pipe.execute()
+    except (redis.RedisError, OSError):
+        return None
+    return {w.id: int(n) for w, n in zip(workflows, sizes) if n}
 
 
 def get_workflow(user, workflow_id: int) -> Workflow:

@@ -38,6 +38,7 @@ def workflows_list():
             warmup[w.id] = until
     return render_template("console/workflows.html", workflows=rows, warmup=warmup,
                            tool_tokens=service.tool_token_totals(rows),
+                           tool_memory=service.tool_memory_sizes(rows),
                            tool_days=service.TOOL_TOKEN_DAYS,
                            editable={w.id for w in rows
                                      if current_user.can("workflow.manage", w.tenant_id)})

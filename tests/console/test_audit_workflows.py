@@ -64,3 +64,29 @@ def test_workflows_say_which_are_in_their_frontier_warm_up(client, admin):
     until = (fresh.first_seen_at.replace(tzinfo=timezone.utc) + timedelta(hours=24))
     assert f"warm-up: frontier until {until:%Y-%m-%d %H:%M} UTC" in rows["sig-fresh"]
     assert "warm-up" not in rows["sig-old"] and "router" in rows["sig-old"]
+
+
+def test_workflows_show_what_tool_retrieval_learned(client, admin, app):
+    """The Learned column counts the shared memory's conversations per workflow (what every
+    gateway process learned), a dash where it learned nothing."""
+    import numpy as np
+
+    from app.contract.keys import Keys
+    from app.gateway.workflow_memory import SharedWorkflowMemory, memory_client
+    tenant = TenantFactory(name="alpha")
+    busy = ensure_workflow(tenant.id, "sig-agent")
+    ensure_workflow(tenant.id, "sig-quiet")
+    db.session.commit()
+    memory = SharedWorkflowMemory(memory_client(app.config["REDIS_URL"]),
+                                  Keys(app.config["REDIS_NAMESPACE"]))
+    try:
+        for i in range(3):
+            memory.learn((tenant.id, busy.signature), f"question {i}",
+                         np.ones(4, dtype=np.float32) / 2, ["get_weather"])
+    finally:
+        memory.redis.close()
+    html = client.get("/workflows").get_data(as_text=True)
+    cells = {sig: html.split(f"<code>{sig[:12]}</code>", 1)[1].split("</tr>", 1)[0]
+             for sig in ("sig-agent", "sig-quiet")}
+    assert '<td class="num">3</td>' in cells["sig-agent"]
+    assert cells["sig-quiet"].count("—") == 3   # no tool tokens, none saved, none learned
