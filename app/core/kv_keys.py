@@ -94,11 +94,13 @@ class ChainCache:
             known = list(self._chains.get(start, ()))
         best, shared = None, 0
         for cand in reversed(known):           # the most recent first
-            if len(cand[0]) > shared * step and \
-                    cand[0][:(shared + 1) * step] == buf[:(shared + 1) * step]:
-                k = _shared_blocks(cand[0], buf, step, shared + 1)
-                best, shared = cand, k
-        out = list(best[1][:shared]) if best else []
+            if len(cand[0]) <= shared * step:
+                continue
+            if buf.startswith(cand[0]):        # the whole of it: no search, no copies
+                best, shared = cand, len(cand[0]) // step
+            elif cand[0][:(shared + 1) * step] == buf[:(shared + 1) * step]:
+                best, shared = cand, _shared_blocks(cand[0], buf, step, shared + 1)
+        out = best[1][:shared] if best else []
         prev = out[-1] if out else chain_root(namespace)
         _steps(prev, buf[shared * step:], out)
         with self._lock:

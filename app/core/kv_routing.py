@@ -83,21 +83,24 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
     loads = loads or {}
     if not any(matched.get(r.id, 0.0) > 0 for r in order):
         return sluice_choice(key, replicas, loads, c), "rendezvous"
-    total = sum(float(loads.get(r.id, 0.0)) for r in order)
+    # per replica once, in HRW order (this runs per request on the gateway's event loop)
+    load = [float(loads.get(r.id, 0.0)) for r in order]
+    sent_of = routed or {}
+    sent = [float(sent_of.get(r.id, 0.0)) for r in order]
+    total, total_sent = sum(load), sum(sent)
     total_weight = sum(r.weight for r in order)
-    within = [r for r in order
-              if float(loads.get(r.id, 0.0)) + 1.0
-              <= load_bound(total, r.weight, total_weight, c, floor)]
-    sent = routed or {}
-    total_sent = sum(float(sent.get(r.id, 0.0)) for r in order)
-    if routed is not None:
+    within = []
+    for i, r in enumerate(order):
+        if load[i] + 1.0 > load_bound(total, r.weight, total_weight, c, floor):
+            continue
         # the hard bound on requests sent: no floor, so it holds over any run length
-        within = [r for r in within
-                  if float(sent.get(r.id, 0.0)) + 1.0
-                  <= load_bound(total_sent, r.weight, total_weight, c)]
+        if routed is not None and \
+                sent[i] + 1.0 > load_bound(total_sent, r.weight, total_weight, c):
+            continue
+        within.append(i)
     if not within:
         return min(order, key=lambda r: (float(loads.get(r.id, 0.0)) / r.weight,
-                                         float(sent.get(r.id, 0.0)) / r.weight)), "kv"
+                                         float(sent_of.get(r.id, 0.0)) / r.weight)), "kv"
 
     prompt = max(float(prompt_tokens), 1.0)
     per_load = queue_share * prompt
@@ -105,11 +108,11 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
     # twice the mean twice that: a tie-break between replicas that hold the same shared
     # prefix (new conversations spread), too weak to move a conversation off its history
     per_sent = spread_share * prompt * total_weight / max(total_sent, 1.0)
-
-    def score(ir: tuple[int, ReplicaView]) -> tuple[float, int]:
-        rank, r = ir
-        return (float(matched.get(r.id, 0.0))
-                - per_load * float(loads.get(r.id, 0.0)) / r.weight
-                - per_sent * float(sent.get(r.id, 0.0)) / r.weight, -rank)
-
-    return max(enumerate(within), key=score)[1], "kv"
+    best, best_score = within[0], None
+    for i in within:      # the first in HRW order wins a tie
+        w = order[i].weight
+        score = (float(matched.get(order[i].id, 0.0)) - per_load * load[i] / w
+                 - per_sent * sent[i] / w)
+        if best_score is None or score > best_score:
+            best, best_score = i, score
+    return order[best], "kv"

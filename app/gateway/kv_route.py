@@ -155,7 +155,8 @@ class PromptTokens:
             if isinstance(content, list):
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             plain = plain and len(m) <= 2 and isinstance(content, str)
-            messages.append({**m, "content": content})
+            # a copy only where the content parts were joined into one text
+            messages.append(m if content is m.get("content") else {**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
             return self.encode_bytes(self.render_plain(messages))
