@@ -155,14 +155,16 @@ class PromptTokens:
             if isinstance(content, list):
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             plain = plain and len(m) <= 2 and isinstance(content, str)
-            # a copy only where the content parts were joined into one text
+            # the plain path only reads role and content: a copy only where parts were joined
             messages.append(m if content is m.get("content") else {**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
             return self.encode_bytes(self.render_plain(messages))
         kwargs = {"tools": tools} if tools else {}
-        text = self.tok.apply_chat_template(messages, add_generation_prompt=True,
-                                            tokenize=False, **kwargs)
+        # the template gets copies: the request's own messages go upstream as they are
+        text = self.tok.apply_chat_template([dict(m) for m in messages],
+                                            add_generation_prompt=True, tokenize=False,
+                                            **kwargs)
         return self.encode_bytes(text)
 
 
