@@ -2,28 +2,12 @@
 supervisor runs beside a replica start), and a tiny model for reference replicas."""
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 
 from tests.celery_workers import start_worker
-
-
-def free_port_run(n: int) -> int:
-    """A port p with p .. p+n-1 all free on 127.0.0.1 (a pool's base_port for n replicas)."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        try:
-            for i in range(1, n):
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no run of {n} free ports")
+from tests.ports import free_port_run  # noqa: F401 - the pools tests import it from here
 
 
 def free_port_pair() -> int:

