@@ -3,16 +3,16 @@ memory (``tool_retrieval.select_for`` reads ``entries`` and calls ``learn``).
 
 ``WorkflowMemory`` keeps it in one process. ``SharedWorkflowMemory`` keeps it in Redis, so
 every gateway worker learns from all the traffic and a restart forgets nothing: one stream
-per (tenant, workflow) (``Keys.tool_memory``), an entry per conversation learned (a digest of
-its user turns ``q``, their unit vector as float32 bytes ``v``, the tools called ``c``), trimmed to
-about ``size`` entries and expiring when the workflow goes quiet. The user turns are kept
-only as a digest (``query_id``: the memory needs them to tell one conversation from another,
-never to read them), so Redis holds no request text of the tenant's (the vector, as the
-semantic cache's, is kept). Each process holds a
-``WorkflowMemory`` as its mirror and, before reading a workflow's memory, asks the stream
-only for the entries after the last one it has seen (one small round trip when nothing
-is new). Redis out or slow: the mirror answers alone and learns locally, and Redis is
-left alone for ``RETRY_AFTER_S``.
+per (tenant, workflow) (``Keys.tool_memory``), an entry per conversation learned (a digest
+of its user turns ``q``, their unit vector as float32 bytes ``v``, the tools called ``c``),
+trimmed to about ``size`` entries and expiring when the workflow goes quiet. The user turns
+are kept only as a digest (``query_id``: the memory needs them to tell one conversation
+from another, never to read them), so Redis holds no request text of the tenant's (the
+vector, as the semantic cache's, is kept). Each process holds a ``WorkflowMemory`` as its
+mirror and, before reading a workflow's memory, asks the stream only for the entries after
+the last one it has seen (one small round trip when nothing is new). Redis out or slow:
+the mirror answers alone and learns locally, and Redis is left alone for ``RETRY_AFTER_S``.
+(Co-called counts come from the entries read: ``app.core.tool_select.co_called_counts``.)
 """
 from __future__ import annotations
 
@@ -28,7 +28,6 @@ import orjson
 import redis
 
 from app.contract.keys import Keys
-from app.core.tool_select import co_called_counts
 
 log = logging.getLogger(__name__)
 MEMORY_SIZE = 512          # conversations remembered per (tenant, workflow)
@@ -68,11 +67,6 @@ class WorkflowMemory:
         conversation with those user turns (its own earlier turns)."""
         with self.lock:
             return [v for q, v in (self.data.get(key) or {}).items() if q != other_than]
-
-    def co_called(self, key: tuple, other_than: str | None = None
-                  ) -> dict[str, dict[str, int]]:
-        """Tool -> {tool called in the same conversation: how many conversations}."""
-        return co_called_counts(self.entries(key, other_than))
 
 
 def query_id(query: str) -> str:
@@ -155,10 +149,6 @@ class SharedWorkflowMemory:
         since it last looked (every gateway process's conversations)."""
         self.sync(key)
         return self.mirror.entries(key, None if other_than is None else query_id(other_than))
-
-    def co_called(self, key: tuple, other_than: str | None = None
-                  ) -> dict[str, dict[str, int]]:
-        return co_called_counts(self.entries(key, other_than))
 
     def sync(self, key: tuple) -> None:
         """Apply the workflow's stream entries newer than the last one applied, in stream

@@ -1,8 +1,6 @@
 """Workflow operations: created by traffic (the ledger drain), named and categorised by people."""
 from __future__ import annotations
 
-from flask import current_app
-
 from app.audit.service import record
 from app.errors import Forbidden, NotFound, ValidationError
 from app.extensions import db
@@ -131,15 +129,14 @@ def tool_memory_sizes(workflows: list[Workflow]) -> dict[int, int] | None:
     memory, ``app.gateway.workflow_memory``); None when Redis does not answer."""
     import redis
 
-    from app.contract.keys import Keys
-    from app.redis_client import get_redis
+    from app.redis_client import get_redis, keys
     if not workflows:
         return {}
-    keys = Keys(current_app.config["REDIS_NAMESPACE"])
+    k = keys()
     try:
         pipe = get_redis().pipeline(transaction=False)
         for w in workflows:
-            pipe.xlen(keys.tool_memory(w.tenant_id, w.signature))
+            pipe.xlen(k.tool_memory(w.tenant_id, w.signature))
         sizes = pipe.execute()
     except (redis.RedisError, OSError):
         return None

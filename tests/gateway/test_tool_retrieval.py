@@ -196,6 +196,7 @@ def test_with_tool_retrieval_full_the_other_best_scored_go_as_stubs(
 def test_a_conversation_does_not_learn_from_its_own_earlier_turns():
     import numpy as np
 
+    from app.core.tool_select import co_called_counts
     from app.gateway.tool_retrieval import WorkflowMemory
     memory, key = WorkflowMemory(), ("t", "w")
     memory.learn(key, "book a flight", np.array([1.0, 0.0]), ["search_flights"])
@@ -203,9 +204,9 @@ def test_a_conversation_does_not_learn_from_its_own_earlier_turns():
     assert len(memory.entries(key)) == 2
     assert [c for _, c in memory.entries(key, other_than="fly to Rome")] == \
         [("search_flights",)]
-    assert memory.co_called(key, other_than="fly to Rome") == {}
-    assert memory.co_called(key) == {"search_flights": {"book_flight": 1},
-                                     "book_flight": {"search_flights": 1}}
+    assert co_called_counts(memory.entries(key, other_than="fly to Rome")) == {}
+    assert co_called_counts(memory.entries(key)) == {"search_flights": {"book_flight": 1},
+                                                     "book_flight": {"search_flights": 1}}
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from app.contract.keys import Keys
+from app.core.tool_select import co_called_counts
 from app.gateway.workflow_memory import MEMORY_TTL_S, SharedWorkflowMemory, memory_client
 from tests.conftest import REDIS_URL
 
@@ -50,8 +51,8 @@ def test_what_one_process_learns_the_other_reads_and_a_restart_keeps(keys, key):
     assert called(got) == [("search_flights",), ("search_flights", "book_flight")]
     assert np.allclose(got[1][0], unit(0.8, 0.6)) and got[1][0].dtype == np.float32
     assert called(b.entries(key, other_than="fly to Rome")) == [("search_flights",)]
-    assert b.co_called(key) == {"search_flights": {"book_flight": 1},
-                                "book_flight": {"search_flights": 1}}
+    assert co_called_counts(b.entries(key)) == {"search_flights": {"book_flight": 1},
+                                                "book_flight": {"search_flights": 1}}
     b.learn(key, "cheapest flight to Oslo", unit(0.9, 0.1), ["search_flights"])
     assert len(a.entries(key)) == 3   # both ways
     restarted = process(keys)
