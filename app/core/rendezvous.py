@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Hashable, Iterable, Mapping, Sequence
 
 # When the static prefix arrives as text, this many characters stand for one token
@@ -51,7 +52,19 @@ def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
     """Healthy, positively weighted replicas, best first for ``key``. Ties (astronomically
     rare) break on the replica id's text so the order never depends on input order."""
     live = [r for r in replicas if r.healthy and r.weight > 0]
-    return sorted(live, key=lambda r: (-hrw_score(key, r), str(r.id)))
+    return [live[i] for i in _hrw_positions(key, tuple([(r.id, r.weight) for r in live]))]
+
+
+@lru_cache(maxsize=16384)
+def _hrw_positions(key: str, live: tuple[tuple[Hashable, float], ...]) -> tuple[int, ...]:
+    """``hrw_order`` as positions in ``live`` ((id, weight) per replica). Kept per
+    (key, replicas): S03 runs it per request (a blake2b and a log per replica), and a
+    session's turns and a prefix's requests ask again with the same replicas."""
+    def score(i: int) -> tuple[float, str]:
+        rid, weight = str(live[i][0]), live[i][1]
+        u = (_h64(key, rid) + 0.5) / _TWO64
+        return weight / math.log(u), rid        # -score: ascending puts the best first
+    return tuple(sorted(range(len(live)), key=score))
 
 
 def load_bound(total_load: float, weight: float, total_weight: float, c: float,
