@@ -73,7 +73,7 @@ class ChainCache:
 
     def __init__(self, starts: int = 1024, per_start: int = 4) -> None:
         self.starts, self.per_start = starts, per_start
-        self._chains: OrderedDict[tuple[str, bytes], list[tuple[bytes, list[bytes]]]] = \
+        self._chains: OrderedDict[tuple[str, bytes], list[tuple[bytes, tuple[bytes, ...]]]] = \
             OrderedDict()
         self._lock = threading.Lock()
         self.reused = self.hashed = 0
@@ -94,13 +94,19 @@ class ChainCache:
             known = list(self._chains.get(start, ()))
         best, shared = None, 0
         for cand in reversed(known):           # the most recent first
+            if cand[0] == buf:                 # the same prompt again: nothing to hash or store
+                with self._lock:
+                    self.reused += len(cand[1])
+                    if start in self._chains:
+                        self._chains.move_to_end(start)
+                return list(cand[1])
             if len(cand[0]) <= shared * step:
                 continue
             if buf.startswith(cand[0]):        # the whole of it: no search, no copies
                 best, shared = cand, len(cand[0]) // step
             elif cand[0][:(shared + 1) * step] == buf[:(shared + 1) * step]:
                 best, shared = cand, _shared_blocks(cand[0], buf, step, shared + 1)
-        out = best[1][:shared] if best else []
+        out = list(best[1][:shared]) if best else []
         prev = out[-1] if out else chain_root(namespace)
         _steps(prev, buf[shared * step:], out)
         with self._lock:
@@ -111,7 +117,7 @@ class ChainCache:
             # a chain this one extends (the same conversation, one turn on) is replaced
             row[:] = [c for c in row if not (len(c[0]) <= len(buf)
                                               and buf.startswith(c[0]))][-(self.per_start - 1):]
-            row.append((buf, out))
+            row.append((buf, tuple(out)))   # kept apart from the list the caller gets
             while len(self._chains) > self.starts:
                 self._chains.popitem(last=False)
         return out

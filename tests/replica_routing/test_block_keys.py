@@ -135,4 +135,11 @@ def test_the_chain_cache_reuses_shared_blocks_and_gives_the_same_keys():
             want = block_hash_chain(ns, p[:len(p) // 16 * 16], 16)
             assert cache.chain(ns, p) == want
     assert cache.reused > 0 and cache.hashed > 0
+    # the same prompt again comes back whole, and a caller's change to it stays its own
+    again = prompts[-1]
+    want = block_hash_chain("\x00", again[:len(again) // 16 * 16], 16)
+    got = cache.chain("\x00", again)
+    assert got == want
+    got.append(b"x")
+    assert cache.chain("\x00", again) == want
     assert cache.chain("\x00", [1] * 15) == []
