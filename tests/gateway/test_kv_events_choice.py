@@ -100,6 +100,29 @@ def test_conversations_filled_into_a_role_skeleton_render_as_the_template_does(t
             msgs, add_generation_prompt=True, tokenize=False)
 
 
+def test_prompts_joined_from_a_shapes_pieces_tokenize_as_the_engine_does(tokens):
+    """``plain_bytes`` joins each piece from the shape's plan (no render, no search for
+    special tokens) when no content holds a special token's first character, and renders
+    otherwise: the ids are the engine's either way."""
+    import random
+    from array import array
+    rng = random.Random(11)
+    words = ["Hi", " spaced \n\n", "{{ x }}", "é 42", "ledger", "\n", "  ", "<|im_end|>",
+             "<b>", "a<", "im_start|>"]
+    tok = tokens.tok
+    fast = 0
+    for _ in range(300):
+        msgs = [{"role": rng.choice(["system", "user", "assistant"]),
+                 "content": "".join(rng.choices(words, k=rng.randint(1, 4)))}
+                for _ in range(rng.randint(1, 5))]
+        want = tok.encode(tok.apply_chat_template(msgs, add_generation_prompt=True,
+                                                  tokenize=False), add_special_tokens=False)
+        assert array("I", tokens.plain_bytes(msgs)).tolist() == want, msgs
+        fast += not any("<" in m["content"] for m in msgs)
+    assert fast > 50
+    assert any(p is not None for p in tokens.plans.values())
+
+
 def test_a_template_that_trims_contents_keeps_its_render(tokens):
     odd = PromptTokens(tokens.tok)
     odd.render = lambda msgs: "".join(f"<{m['role']}>{m['content'].strip()}|" for m in msgs)
