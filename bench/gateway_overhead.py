@@ -32,6 +32,10 @@ fast upstream) for a ~600-token prompt: ``s03-sluice`` (today's rendezvous with 
 load) and ``s03-kv`` (``replica_choice: kv_events``: the prompt is templated and tokenized
 with SmolLM2's tokenizer, hashed into blocks and matched against the KV-block index in
 Redis, which the bench keeps fresh and in which one replica holds the prompt's blocks).
+Every request of those rows is the same, so after the first the gateway finds the whole
+prompt's ids and keys in its caches. ``--s03-new-turns`` adds the pair again
+(``s03n-sluice``, ``s03n-kv``) with a new user question per request after the same system
+prompt, as real traffic is: the kv_events gateway then tokenizes and hashes each new turn.
 """
 from __future__ import annotations
 
@@ -58,6 +62,14 @@ S03_MESSAGES = [
      + "Answer briefly and cite the ticket."},
     {"role": "user", "content": "Ticket 5521: the invoice total is wrong, what do I do?"}]
 S03_BODY = json.dumps({"model": "tier-p", "messages": S03_MESSAGES, "max_tokens": 8}).encode()
+
+
+def _s03_new_turn_body(n: int) -> bytes:
+    """--s03-new-turns: the S03 system prompt, then a question no earlier request asked."""
+    messages = [S03_MESSAGES[0], {"role": "user", "content": (
+        f"Ticket {n}: the invoice total is off by {n % 997} euros since the last "
+        f"update, what do I do?")}]
+    return json.dumps({"model": "tier-p", "messages": messages, "max_tokens": 8}).encode()
 BODY = json.dumps({"model": "tier-1", "messages": [
     {"role": "system", "content": "You are a benchmark."},
     {"role": "user", "content": "Say hello."}], "max_tokens": 8}).encode()
@@ -175,6 +187,13 @@ async def _loadgen(url: str, path: str, conc: int, seconds: float, warm: float,
 
         def make_request() -> bytes:
             return _request(host, port, path, make_body(base + next(counter)))
+    elif mode in ("s03new", "s03kvnew"):
+        counter = iter(range(10**12))
+        base = uuid.uuid4().int % 10**6 * 10**6
+        key = S03_KEYS[mode[:-3]]
+
+        def make_request() -> bytes:
+            return _request(host, port, path, _s03_new_turn_body(base + next(counter)), key)
     else:
         fixed = (_request(host, port, path, S03_BODY, S03_KEYS[mode]) if mode in S03_KEYS
                  else _request(host, port, path, BODY))
@@ -338,15 +357,15 @@ def print_pairs(results: dict[int, dict[str, dict]]) -> None:
     """--s03: s03-kv minus s03-sluice p50 per round (the two ran back to back each round)."""
     import statistics
     for conc, row in results.items():
-        if "s03-kv" not in row or "s03-sluice" not in row:
-            continue
-        diffs = [a - b for a, b in zip(row["s03-kv"]["rounds_p50"],
-                                       row["s03-sluice"]["rounds_p50"])
-                 if a is not None and b is not None]
-        if diffs:
-            print(f"conc {conc}: s03-kv minus s03-sluice p50 per round (ms): "
-                  + " ".join(f"{d:+.2f}" for d in diffs)
-                  + f"; median {statistics.median(diffs):+.2f}")
+        for kv, sl in (("s03-kv", "s03-sluice"), ("s03n-kv", "s03n-sluice")):
+            if kv not in row or sl not in row:
+                continue
+            diffs = [a - b for a, b in zip(row[kv]["rounds_p50"], row[sl]["rounds_p50"])
+                     if a is not None and b is not None]
+            if diffs:
+                print(f"conc {conc}: {kv} minus {sl} p50 per round (ms): "
+                      + " ".join(f"{d:+.2f}" for d in diffs)
+                      + f"; median {statistics.median(diffs):+.2f}")
 
 
 def teardown(procs: list[subprocess.Popen], r, ns: str) -> None:
@@ -379,6 +398,8 @@ def main() -> None:
                     help="also time temperature-0 requests that pay S00 (all misses)")
     ap.add_argument("--s03", action="store_true",
                     help="also time S03's choice on a 4-replica pool: sluice vs kv_events")
+    ap.add_argument("--s03-new-turns", action="store_true",
+                    help="with --s03: also the pair with a new user question per request")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run every target this many times per level, alternating the order; "
                          "print the medians and, for --s03, each round's s03-kv minus "
@@ -435,6 +456,9 @@ def main() -> None:
                              daemon=True).start()
             targets["s03-kv"] = targets["sluice"]
             targets["s03-sluice"] = targets["sluice"]
+            if args.s03_new_turns:
+                targets["s03n-kv"] = targets["sluice"]
+                targets["s03n-sluice"] = targets["sluice"]
             # the gateway loads SmolLM2's tokenizer on its first kv_events request: wait
             # until one is served in routing time, not loading time
             host, port = targets["sluice"][0].split("//")[1].split(":")
@@ -483,9 +507,10 @@ def main() -> None:
         # CPU the proxy itself burns per request: a figure other load on the box cannot skew
         owners = {"direct": procs[0].pid, "sluice": procs[1].pid,
                   "sluice+s00": procs[1].pid, "s00-shared": procs[1].pid,
-                  "s03-sluice": procs[1].pid, "s03-kv": procs[1].pid}
+                  "s03-sluice": procs[1].pid, "s03-kv": procs[1].pid,
+                  "s03n-sluice": procs[1].pid, "s03n-kv": procs[1].pid}
         modes = {"sluice+s00": "nonce", "s00-shared": "shared", "s03-sluice": "s03",
-                 "s03-kv": "s03kv"}
+                 "s03-kv": "s03kv", "s03n-sluice": "s03new", "s03n-kv": "s03kvnew"}
         if "litellm" in targets:
             owners["litellm"] = procs[2].pid
         def measure(rate: float) -> dict[int, dict[str, dict]]:
