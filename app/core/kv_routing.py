@@ -90,13 +90,22 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
     total, total_sent = sum(load), sum(sent)
     total_weight = sum(r.weight for r in order)
     within = []
+    bound: dict[float, float] = {}           # per weight (replicas mostly share one)
+    sent_bound: dict[float, float] = {}
     for i, r in enumerate(order):
-        if load[i] + 1.0 > load_bound(total, r.weight, total_weight, c, floor):
+        w = r.weight
+        b = bound.get(w)
+        if b is None:
+            b = bound[w] = load_bound(total, w, total_weight, c, floor)
+        if load[i] + 1.0 > b:
             continue
         # the hard bound on requests sent: no floor, so it holds over any run length
-        if routed is not None and \
-                sent[i] + 1.0 > load_bound(total_sent, r.weight, total_weight, c):
-            continue
+        if routed is not None:
+            b = sent_bound.get(w)
+            if b is None:
+                b = sent_bound[w] = load_bound(total_sent, w, total_weight, c)
+            if sent[i] + 1.0 > b:
+                continue
         within.append(i)
     if not within:
         return min(order, key=lambda r: (float(loads.get(r.id, 0.0)) / r.weight,
