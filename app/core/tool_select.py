@@ -14,7 +14,8 @@ one or two. When a request carries more than ``k`` tools, the tools sent are:
   parameter; ``tool_fields``; the caller computes it), plus a share of ``lexical_scores``
   (the tool's name words in the request), plus, for a tool the workflow's past
   conversations that asked alike called (``learned_tools``: its recently called tools,
-  by what was asked), that conversation's cosine; a bonus for the tools the workflow's
+  by what was asked), that conversation's cosine, and a share of the request's cosine to
+  the mean of the past requests that called it (``centroid_scores``); a bonus for the tools the workflow's
   conversations called together with the best scored ones, and for the tools that take
   an id a tool already called returns (``prerequisites``, read backwards);
 - and the prerequisites of every tool sent: the lookup tool (``search_``/``find_``/
@@ -290,6 +291,29 @@ def learned_tools(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *
             break
         for n in names:
             out.setdefault(n, sim)
+    return out
+
+
+def centroid_scores(query_vec: Any, memory: Sequence[tuple[Any, Sequence[str]]], *,
+                    threshold: float, weight: float) -> dict[str, float]:
+    """Per tool the workflow's past conversations called: ``weight`` x (cos - threshold)
+    / (1 - threshold) where the cosine of this query to the mean of those conversations'
+    queries is over ``threshold``. One need asked in many wordings ("my inbox", "the
+    mail from", "has she written") points the mean of its queries at what they share,
+    which no single past wording need be near enough for ``learned_tools``. ``memory``
+    as ``learned_tools`` takes it (unit vectors)."""
+    sums: dict[str, Any] = {}
+    for vec, names in memory:
+        for name in names:
+            got = sums.get(name)
+            sums[name] = vec.copy() if got is None else got + vec
+    out: dict[str, float] = {}
+    for name, total in sums.items():
+        norm = float(total @ total) ** 0.5
+        if norm > 0:
+            cos = float(total @ query_vec) / norm
+            if cos > threshold:
+                out[name] = weight * (cos - threshold) / (1.0 - threshold)
     return out
 
 

@@ -121,6 +121,9 @@ def clause_vectors(query: str) -> list:
 MEMORY = WorkflowMemory()   # without the gateway's shared memory (a bare unit test)
 LEXICAL_WEIGHT = 0.5  # bench/results/agent_tools.txt: 0, 0.2, 0.3, 0.5 tried
 LEARNED_MIN_SIMILARITY = 0.4  # bench/results/agent_tools.txt: 0.3-0.5 tried
+# centroid_scores: chosen on the bench's days 1-4 (weight 0.1-0.5 x threshold 0.2/0.3),
+# days 5-8 held out: bench/results/agent_tools.txt, round 6
+CENTROID_MIN_SIMILARITY, CENTROID_WEIGHT = 0.2, 0.3
 # past the policy's k, up to K_EXTRA more tools scored within MARGIN of the best; the field
 # scoring's second-field share. Chosen on the bench's days 1-3 (round 1 on day 1 alone,
 # day 3 held out; round 2 on days 1-3, day 4 held out): bench/results/agent_tools.txt
@@ -140,13 +143,17 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
     under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs, and of the
     scored picks only ``full`` in full (``select_tools``)."""
-    from app.core.tool_select import called_names, co_called_counts, learned_tools
+    from app.core.tool_select import called_names, centroid_scores, co_called_counts, \
+        learned_tools
     sims = similarity(tools, query, qvec, clauses)
     # not from this conversation's own earlier turns: its calls are already sent as called,
     # and learning from itself moved its ranking (and the tool block) from turn to turn.
     # One read (the shared memory's one round trip), two uses.
     past = memory.entries(key, other_than=query)
     learned = learned_tools(qvec, past, min_similarity=LEARNED_MIN_SIMILARITY)
+    for name, extra in centroid_scores(qvec, past, threshold=CENTROID_MIN_SIMILARITY,
+                                       weight=CENTROID_WEIGHT).items():
+        learned[name] = learned.get(name, 0.0) + extra
     co_called = co_called_counts(past)
     memory.learn(key, query, qvec, called_names(messages))
     return select_tools(tools, messages, tool_choice, k=k, pinned=pinned, similarity=sims,

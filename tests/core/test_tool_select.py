@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.tool_select import learned_tools, select_tools
+from app.core.tool_select import centroid_scores, learned_tools, select_tools
 
 
 def _tools(*names):
@@ -36,6 +36,26 @@ def test_learned_tools_come_from_alike_past_conversations_and_add_to_the_score()
     sel = select_tools(TOOLS, [], "auto", k=2, pinned=[], similarity=[0, 0, 0.9, 0.1, 0],
                        learned={"beta": 0.5, "alpha": 0.3})
     assert sel.reasons == {"mid": "similar", "beta": "learned"}   # 0.9 vs 0.6 vs 0.3
+
+
+def test_centroid_scores_gather_the_wordings_of_one_need():
+    """Three past wordings that called search_emails, each far from the new request, point
+    their mean at it; a tool called for unrelated requests gets nothing."""
+    def unit(*xs):
+        v = np.array(xs, dtype=np.float32)
+        return v / np.linalg.norm(v)
+    other = np.array([0, 0, 0, 0, 1.0], np.float32)
+    past = [(unit(1, 1, 0, 0, 0), ["search_emails"]), (unit(1, -1, 0, 0, 0), ["search_emails"]),
+            (unit(1, 0, 1.2, 0, 0), ["search_emails", "read_email"]), (other, ["play_music"])]
+    query = unit(1, 0, -1, 1, 0)
+    assert learned_tools(query, past, min_similarity=0.6) == {}     # no one wording is near
+    got = centroid_scores(query, past, threshold=0.2, weight=0.3)
+    mean = sum(v for v, names in past if "search_emails" in names)
+    cos = float(mean @ query) / float(np.linalg.norm(mean))         # to the mean of the three
+    assert cos > 0.2 and all(float(v @ query) < 0.6 for v, _ in past)
+    assert abs(got["search_emails"] - 0.3 * (cos - 0.2) / 0.8) < 1e-6
+    assert "play_music" not in got and "read_email" not in got     # one far wording: below
+    assert centroid_scores(query, [], threshold=0.2, weight=0.3) == {}
 
 
 def test_lexical_scores_count_the_tools_name_words_the_request_uses():
