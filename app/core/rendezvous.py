@@ -41,11 +41,12 @@ def _h64(*parts: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def hrw_score(key: str, replica: ReplicaView) -> float:
-    """``-w / ln(u)`` with u uniform in (0, 1): the weighted-rendezvous score, under which
-    replica i wins a key with probability w_i / sum(w)."""
-    u = (_h64(key, str(replica.id)) + 0.5) / _TWO64
-    return -replica.weight / math.log(u)
+def hrw_score(key: str, replica_id: str, weight: float) -> float:
+    """``-w / ln(u)`` with u uniform in (0, 1) from (key, the replica id's text): the
+    weighted-rendezvous score, under which replica i wins a key with probability
+    w_i / sum(w)."""
+    u = (_h64(key, replica_id) + 0.5) / _TWO64
+    return -weight / math.log(u)
 
 
 def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
@@ -59,12 +60,12 @@ def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
 def _hrw_positions(key: str, live: tuple[tuple[Hashable, float], ...]) -> tuple[int, ...]:
     """``hrw_order`` as positions in ``live`` ((id, weight) per replica). Kept per
     (key, replicas): S03 runs it per request (a blake2b and a log per replica), and a
-    session's turns and a prefix's requests ask again with the same replicas."""
-    def score(i: int) -> tuple[float, str]:
-        rid, weight = str(live[i][0]), live[i][1]
-        u = (_h64(key, rid) + 0.5) / _TWO64
-        return weight / math.log(u), rid        # -score: ascending puts the best first
-    return tuple(sorted(range(len(live)), key=score))
+    session's turns and a prefix's requests ask again with the same replicas. (Ids equal
+    as values, 1 and 1.0, share an entry: a pool's replica ids are of one type.)"""
+    def order(i: int) -> tuple[float, str]:
+        rid = str(live[i][0])
+        return -hrw_score(key, rid, live[i][1]), rid
+    return tuple(sorted(range(len(live)), key=order))
 
 
 def load_bound(total_load: float, weight: float, total_weight: float, c: float,
