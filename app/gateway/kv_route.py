@@ -24,7 +24,7 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Iterable
 
 from app.contract import heap, kv_index
 from app.contract.tokenizers import bpe_encoder, chat_tokenizer
@@ -90,21 +90,26 @@ class PromptTokens:
         """``encode(text)`` as uint32 bytes."""
         if self.split is None:
             return self._piece(text)
+        specials = self.special_bytes
+        return self._join(specials.get(part, part) for part in self.split.split(text) if part)
+
+    def _join(self, parts: Iterable[bytes | str]) -> bytes:
+        """The ids of a text given as its pieces, as uint32 bytes: a special token's ids
+        (bytes) as they are, each text piece from the cache, else tokenized."""
         out: list[bytes] = []
-        specials, pieces, missed = self.special_bytes, self.pieces, []
+        pieces, missed = self.pieces, []
         with self.lock:              # one acquire for the cached pieces of the whole text
-            for part in self.split.split(text):
-                if not part:
+            for part in parts:
+                if part.__class__ is not str:
+                    out.append(part)
                     continue
-                ids = specials.get(part)
+                ids = pieces.get(part)
                 if ids is None:
-                    ids = pieces.get(part)
-                    if ids is None:
-                        missed.append((len(out), part))
-                        out.append(b"")
-                        continue
-                    pieces.move_to_end(part)
-                    self.hits += 1
+                    missed.append((len(out), part))
+                    out.append(b"")
+                    continue
+                pieces.move_to_end(part)
+                self.hits += 1
                 out.append(ids)
         for at, part in missed:      # tokenized outside the lock
             out[at] = self._piece(part)
@@ -190,41 +195,17 @@ class PromptTokens:
         """``encode_bytes(render_plain(messages))``: from the shape's piece plan when the
         contents hold no special token's first character (each piece's text joined and
         looked up, the render neither built nor searched), else by that render."""
-        contents, roles, firsts = [], [], self.first_chars
-        for m in messages:
-            c = m["content"]
-            if not c or "\x00" in c or any(ch in c for ch in firsts):
-                return self.encode_bytes(self.render_plain(messages))
-            contents.append(c)
-            roles.append(m.get("role"))
-        shape = tuple(roles)
-        plan = self.plans.get(shape) if self._shape(shape) is not None else None
+        contents, firsts = [m["content"] for m in messages], self.first_chars
+        plan = None
+        if self._plain_ok(contents) and not any(ch in c for c in contents for ch in firsts):
+            shape = tuple(m.get("role") for m in messages)
+            plan = self.plans.get(shape) if self._shape(shape) is not None else None
         if plan is None:
             return self.encode_bytes(self.render_plain(messages))
-        out: list[bytes] = []
-        pieces, missed = self.pieces, []
-        with self.lock:              # one acquire for the cached pieces of the whole prompt
-            for item in plan:
-                if item.__class__ is bytes:                # a special token's ids
-                    out.append(item)
-                    continue
-                if len(item) == 2:                         # the usual: literal + content
-                    a, b = item
-                    text = (a if a.__class__ is str else contents[a]) + \
-                        (b if b.__class__ is str else contents[b])
-                else:
-                    text = "".join([p if p.__class__ is str else contents[p] for p in item])
-                ids = pieces.get(text)
-                if ids is None:
-                    missed.append((len(out), text))
-                    out.append(b"")
-                    continue
-                pieces.move_to_end(text)
-                self.hits += 1
-                out.append(ids)
-        for at, text in missed:      # tokenized outside the lock
-            out[at] = self._piece(text)
-        return b"".join(out)
+        return self._join(item if item.__class__ is bytes else
+                          "".join([p if p.__class__ is str else contents[p] for p in item])
+                          for item in plan)
+
     def prompt_ids(self, body: dict) -> list[int]:
         """The engine's prompt ids for a chat body (``Engine.encode_chat``'s plain path)."""
         return array("I", self.prompt_bytes(body)).tolist()
