@@ -61,29 +61,40 @@ stop_groups() {  # stop_groups GRACE_S PGID...: SIGTERM each group, SIGKILL what
   done
   for g in "$@"; do kill -KILL -- "-$g" 2>/dev/null || true; done
 }
+say() {   # say TEXT: to the terminal when there still is one, and to $VAR/log/run.log
+  echo "$@" 2>/dev/null || true
+  if [ -n "${VAR:-}" ]; then echo "$(date -u +%FT%TZ) $*" >>"$VAR/log/run.log" 2>/dev/null || true; fi
+}
 cleanup() {   # cleanup [STATUS]: stop everything, then exit with STATUS (default: the last one)
   local rc=${1:-$?}
   # a second Ctrl-C while stopping must not cut the stop short (and leave engines behind);
-  # the commands below inherit the ignore, so flask stop-engines finishes too
-  trap '' INT TERM
+  # the commands below inherit the ignore, so flask stop-engines finishes too. Nor may the
+  # output: under `run.sh | tee log` the same Ctrl-C kills tee, and a closed terminal
+  # (SIGHUP) takes stdout with it, so a plain echo here died of SIGPIPE (or stopped set -e)
+  # before anything was stopped. SIGPIPE is ignored, every line goes through say, and
+  # stop-engines' report is captured, not written to the dead stdout.
+  trap '' INT TERM HUP PIPE
   trap - EXIT
-  echo "run: stopping"
+  say "run: stopping"
   # the worker first (its supervisor would restart engines), then the engines it started
   # (detached on purpose, so a worker restart does not stop serving), then the rest
   if [ -n "$worker_pid" ]; then stop_groups 20 "$worker_pid"; fi
-  if [ "$started" = 1 ]; then .venv/bin/flask --app wsgi sluice stop-engines || true; fi
+  if [ "$started" = 1 ]; then
+    say "$(.venv/bin/flask --app wsgi sluice stop-engines 2>&1 </dev/null || true)"
+  fi
   local rest=()
   for g in "${groups[@]}"; do [ "$g" = "$worker_pid" ] || rest+=("$g"); done
   stop_groups 20 "${rest[@]}"
   wait 2>/dev/null || true
   rm -f "$owned"
-  echo "run: stopped"
+  say "run: stopped"
   # exit here with the signal's status, whatever command the signal interrupted, rather than
   # return into the rest of the script
   exit "$rc"
 }
 trap 'cleanup 130' INT
 trap 'cleanup 143' TERM
+trap 'cleanup 129' HUP   # the terminal closed: stop too, rather than leave it all running
 trap cleanup EXIT
 
 if ! $py -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null; then

@@ -129,7 +129,13 @@ def _state(pid: int) -> str:
             f"SigIgn {status.get('SigIgn')} SigCgt {status.get('SigCgt')} children {kids}")
 
 
-def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
+@pytest.mark.parametrize("how", ["sigint", "hangup_behind_tee"])
+def test_run_sh_stopped_leaves_no_process_and_no_port(tmp_path, how):
+    """``sigint``: Ctrl-C with the output in a file. ``hangup_behind_tee``: the output
+    piped to ``tee``, then the terminal closes: tee dies first (SIGHUP, as Ctrl-C kills it
+    under ``run.sh | tee log``) and run.sh gets SIGHUP with nobody reading its stdout. A
+    run.sh without a HUP trap died at once, and one whose cleanup echoed to the dead pipe
+    died of SIGPIPE before stopping anything (seen by hand: 14 processes left)."""
     taken: set[int] = set()
     console, gateway, frontier, redis_port = _free_ports(4, taken=taken)
     taken |= {console, gateway, frontier, redis_port}
@@ -147,11 +153,18 @@ def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
     })
     log = open(tmp_path / "run.sh.out", "w")
+    tee = None
+    if how == "hangup_behind_tee":
+        tee = subprocess.Popen(["tee", str(tmp_path / "run.sh.out")], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, preexec_fn=_default_signals)
     # as from a terminal: a suite started in the background (`./scripts/test.sh &`, nohup)
     # hands its children SIGINT, SIGQUIT and SIGHUP ignored, and a non-interactive bash can
     # never trap a signal that was ignored when it started (seen: SigIgn 0x7 on run.sh)
-    run = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env, stdout=log,
-                           stderr=subprocess.STDOUT, preexec_fn=_default_signals)
+    run = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env,
+                           stdout=tee.stdin if tee else log, stderr=subprocess.STDOUT,
+                           preexec_fn=_default_signals)
+    if tee:
+        tee.stdin.close()   # run.sh holds the only write end, as behind a shell's pipe
     seen: dict[int, int | None] = {}   # pid -> start time, as first seen
     ports: set[int] = set()
 
@@ -186,25 +199,32 @@ def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
         assert len(engines) >= 3, [_cmd(p) for p in seen]
         assert {console, gateway, frontier, pool, pool + 10, redis_port} <= ports
 
-        run.send_signal(signal.SIGINT)
+        if tee:
+            tee.send_signal(signal.SIGHUP)
+            tee.wait(timeout=30)
+        run.send_signal(signal.SIGHUP if tee else signal.SIGINT)
         try:
             rc = run.wait(timeout=180)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"run.sh still running 180 s after SIGINT: {_state(run.pid)}\n"
+            pytest.fail(f"run.sh still running 180 s after the signal: {_state(run.pid)}\n"
                         + (tmp_path / "run.sh.out").read_text()[-3000:])
         out = (tmp_path / "run.sh.out").read_text()
-        assert "run: stopped" in out, out[-3000:]
         time.sleep(0.5)
         left = [p for p, start in seen.items() if start is not None and procs.alive(p, start)]
         left += sorted(_marked(mark))
-        assert not left, f"left running after SIGINT: {[(p, _cmd(p)) for p in set(left)]}"
+        assert not left, f"left running after {how}: {[(p, _cmd(p)) for p in set(left)]}"
+        said = (tmp_path / "var" / "log" / "run.log").read_text()
+        assert "run: stopped" in said, (said, out[-3000:])
+        if not tee:
+            assert "run: stopped" in out, out[-3000:]
+        assert rc == (129 if tee else 130), rc
         held = {port for port, _ in _listen_table()} & ports
         assert not held, f"ports still listening: {sorted(held)}"
         for port in sorted(ports):
             with socket.socket() as s:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", port))   # raises if anything still holds it
-        print(f"after SIGINT (exit {rc}): 0 of {len(seen)} processes left, "
+        print(f"after {how} (exit {rc}): 0 of {len(seen)} processes left, "
               f"{len(ports)} ports free")
     finally:
         if run.poll() is None:
@@ -216,4 +236,7 @@ def test_run_sh_stopped_with_sigint_leaves_no_process_and_no_port(tmp_path):
                 run.wait()
         for pid in _marked(mark):
             procs.stop(pid, grace_s=2)
+        if tee and tee.poll() is None:
+            tee.kill()
+            tee.wait()
         log.close()
