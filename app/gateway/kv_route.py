@@ -149,8 +149,8 @@ class PromptTokens:
 
     def _plan(self, skel: tuple[list[str], list[int]]) -> list | None:
         """The skeleton cut where the tokenizer cuts its text, at the special tokens: per
-        piece either a special token's ids (bytes) or the literal texts and content slots
-        whose join is one text to tokenize. For contents that hold no special token's first
+        piece either ids (bytes: special tokens and the literal-only pieces between them,
+        joined) or the literal texts and content slots whose join is one text to tokenize. For contents that hold no special token's first
         character the cuts all fall in the literals, so the render need not be built and
         searched per request. None when a literal ends in the beginning of a special
         token (one could then run on into a content)."""
@@ -175,7 +175,19 @@ class PromptTokens:
                 cur.append(slots[i])
         if cur:
             plan.append(tuple(cur))
-        return plan
+        # a piece of literals only (the "\n" between two turns, "assistant\n" at the end)
+        # has the same ids for every conversation of the shape: tokenized here, once, and
+        # joined with the special tokens around it, so a request looks up only the pieces
+        # that hold a content (bench/results/gateway_overhead.txt, 2026-12-06)
+        merged: list = []
+        for item in plan:
+            if item.__class__ is tuple and all(p.__class__ is str for p in item):
+                item = self.encode_bytes("".join(item))
+            if item.__class__ is bytes and merged and merged[-1].__class__ is bytes:
+                merged[-1] += item
+            else:
+                merged.append(item)
+        return merged
 
     def _plain_ok(self, contents: list[str]) -> bool:
         """Contents a skeleton takes verbatim: none empty, none with a marker's NUL."""
