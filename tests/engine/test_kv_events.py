@@ -341,3 +341,28 @@ def test_restart_and_death_clear_the_replicas_blocks(tiny_model, tmp_path_factor
     finally:
         sub.close()
         eng.stop()
+
+
+def test_a_subscriber_with_no_replicas_waits_instead_of_spinning(redis_keys):
+    """A node none of whose replicas publish events (run.sh's pools) still runs the
+    subscriber; zmq's poll returns at once with no socket, and the loop spun a whole core
+    (seen by hand: 100% CPU in the worker, engines starved). It must wait its poll
+    timeout: a handful of polls in half a second, not millions."""
+    r, keys = redis_keys
+    sub = KVSubscriber(r, keys)
+    polls = []
+    real = sub.poll
+
+    def counted(timeout_ms: int = 100) -> int:
+        polls.append(timeout_ms)
+        return real(timeout_ms)
+    sub.poll = counted
+    stop = threading.Event()
+    runner = threading.Thread(target=sub.run, args=(stop, lambda: [], 5.0))
+    runner.start()
+    time.sleep(0.5)
+    stop.set()
+    runner.join(5)
+    sub.close()
+    assert not runner.is_alive()
+    assert 1 <= len(polls) <= 10, len(polls)

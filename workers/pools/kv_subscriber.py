@@ -93,6 +93,12 @@ class KVSubscriber:
     # -- events ------------------------------------------------------------------------
     def poll(self, timeout_ms: int = 100) -> int:
         """Apply whatever arrived within ``timeout_ms``; returns batches applied."""
+        if not self.socks:
+            # zmq's poll returns at once when nothing is registered: without this wait,
+            # ``run`` spun a core on a node none of whose replicas publish KV events
+            # (run.sh's embedded pools: seen at 100% CPU, agent requests 20-50 s)
+            time.sleep(timeout_ms / 1000)
+            return 0
         done = 0
         by_sock = {s: rid for rid, s in self.socks.items()}
         for sock, _ in self.poller.poll(timeout_ms):
