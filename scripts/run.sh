@@ -39,12 +39,14 @@ py=.venv/bin/python
 $py -m app.core.procs reap "$owned" 10
 
 groups=()
+declare -A group_log=()
 worker_pid=""
 started=0
 start() {   # start "$@" as the leader of its own process group; output to $log
   setsid "$@" >"$log" 2>&1 </dev/null &
   local pid=$!
   groups+=("$pid")
+  group_log[$pid]="$log"
   $py -m app.core.procs record "$owned" "$pid" || true
   last_pid=$pid
 }
@@ -97,6 +99,17 @@ trap 'cleanup 143' TERM
 trap 'cleanup 129' HUP   # the terminal closed: stop too, rather than leave it all running
 trap cleanup EXIT
 
+# the ports this script binds itself: a busy one would only show as a server that exits
+# after everything else has started
+for spec in "console:$CONSOLE_PORT:SLUICE_CONSOLE_PORT" "gateway:$GATEWAY_PORT:SLUICE_GATEWAY_PORT" \
+            "tier-3 stand-in:$FRONTIER_PORT:SLUICE_FRONTIER_PORT"; do
+  IFS=: read -r name port var <<<"$spec"
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    say "run: port $port ($name) is already in use on 127.0.0.1: stop what holds it, or set $var"
+    exit 1
+  fi
+done
+
 if ! $py -c "import redis,os; redis.Redis.from_url(os.environ['SLUICE_REDIS_URL']).ping()" 2>/dev/null; then
   port="$($py -c "import os,urllib.parse as u; print(u.urlparse(os.environ['SLUICE_REDIS_URL']).port or 6379)")"
   echo "run: no Redis at $SLUICE_REDIS_URL; starting an embedded one on port $port"
@@ -131,5 +144,15 @@ if [ -f app/gateway/asgi.py ]; then
 fi
 log="$VAR/log/console.log" start .venv/bin/gunicorn -w 2 -b "127.0.0.1:$CONSOLE_PORT" wsgi:app
 echo "run: console http://127.0.0.1:$CONSOLE_PORT  gateway http://127.0.0.1:$GATEWAY_PORT/v1  logs in $VAR/log/"
-# until one of them exits or a signal comes (the trap stops everything)
-wait -n "${groups[@]}"
+# until one of them exits or a signal comes (the trap stops everything); one that exits
+# is named, with the end of its log, before everything else is stopped
+status=0
+wait -n "${groups[@]}" || status=$?
+for g in "${groups[@]}"; do
+  if ! kill -0 "$g" 2>/dev/null; then
+    say "run: $(basename "${group_log[$g]}" .log) exited (status $status); the end of ${group_log[$g]}:"
+    say "$(tail -n 8 "${group_log[$g]}" 2>/dev/null)"
+    break
+  fi
+done
+exit "$status"

@@ -240,3 +240,27 @@ def test_run_sh_stopped_leaves_no_process_and_no_port(tmp_path, how):
             tee.kill()
             tee.wait()
         log.close()
+
+
+def test_run_sh_names_a_busy_port_and_starts_nothing(tmp_path):
+    """A port run.sh binds itself that something else holds was seen only as a gateway
+    that exited after everything had started, and run.sh stopped without saying why. It
+    now names the port and the variable that moves it, before starting anything."""
+    mark = uuid.uuid4().hex
+    console, gateway, frontier, redis_port = _free_ports(4, taken=set())
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    env.update({MARK: mark, "SLUICE_ENV": "dev", "SLUICE_VAR_DIR": str(tmp_path / "var"),
+                "SLUICE_CONSOLE_PORT": str(console), "SLUICE_GATEWAY_PORT": str(gateway),
+                "SLUICE_FRONTIER_PORT": str(frontier),
+                "SLUICE_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", gateway))
+        busy.listen()
+        done = subprocess.run(["bash", "scripts/run.sh"], cwd=ROOT, env=env, timeout=600,
+                              capture_output=True, text=True, preexec_fn=_default_signals)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    assert f"port {gateway} (gateway) is already in use" in out, out[-3000:]
+    assert "SLUICE_GATEWAY_PORT" in out and "run: stopped" in out
+    assert "embedded one" not in out and not _marked(mark), out[-3000:]
