@@ -143,7 +143,7 @@ class AdjustmentRequest(db.Model):
     ledger_request_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "tenant_id": self.tenant_id, "amount_usd": str(self.amount_usd),
+        return {"id": self.id, "tenant_id": self.tenant_id, "amount_usd": f"{self.amount_usd:f}",
                 "reason": self.reason, "state": self.state, "requested_by": self.requested_by,
                 "requested_at": self.requested_at.isoformat() if self.requested_at else None,
                 "decided_by": self.decided_by,

@@ -145,7 +145,7 @@ def decide_adjustment(user, request_id: Any, approve: bool, comment: str = ""
     req.decided_at = datetime.now(timezone.utc)
     req.decision_comment = (comment or "")[:500]
     record(user, f"ledger.adjust_{req.state}", "adjustment_request", req.id,
-           tenant_id=req.tenant_id, after={"amount_usd": str(req.amount_usd),
+           tenant_id=req.tenant_id, after={"amount_usd": f"{req.amount_usd:f}",
                                            "comment": req.decision_comment})
     if not approve:
         db.session.commit()
@@ -218,7 +218,7 @@ def delete_budget(user, tenant_id: Any) -> None:
 
 
 def _budget_dict(row: Budget) -> dict:
-    return {"tenant_id": row.tenant_id, "monthly_limit_usd": str(row.monthly_limit_usd),
+    return {"tenant_id": row.tenant_id, "monthly_limit_usd": f"{row.monthly_limit_usd:f}",
             "action": row.action, "webhook_url": row.webhook_url}
 
 

@@ -128,8 +128,8 @@ def generate_month(period: str, workflows: Sequence[SimWorkflow], tiers: Sequenc
                             "time_to_first_token_ms": ttft,
                             "raw_schema_output_tokens_equivalent": raw,
                             "minified_schema_tokens_generated": completion,
-                            "request_cost_usd": str(cost),
-                            "baseline_frontier_equivalent_cost_usd": str(baseline)}},
+                            "request_cost_usd": f"{cost:f}",
+                            "baseline_frontier_equivalent_cost_usd": f"{baseline:f}"}},
         }
 
 

@@ -263,7 +263,7 @@ def _json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json(v) for v in value]
     if isinstance(value, Decimal):
-        return str(value)
+        return f"{value:f}"   # fixed point: str() writes 3.2E-7 and 0E-10
     if isinstance(value, reports.Period):
         return {"start": value.start.isoformat(), "end": value.end.isoformat(),
                 "label": value.label}
@@ -323,7 +323,7 @@ def api_budget_save(tenant_id: int):
     data = body()
     row = service.save_budget(g.api_user, tenant_id, data.get("monthly_limit_usd"),
                               data.get("action", "alert"), data.get("webhook_url", ""))
-    return jsonify({"tenant_id": row.tenant_id, "monthly_limit_usd": str(row.monthly_limit_usd),
+    return jsonify({"tenant_id": row.tenant_id, "monthly_limit_usd": f"{row.monthly_limit_usd:f}",
                     "action": row.action, "webhook_url": row.webhook_url})
 
 
@@ -343,7 +343,7 @@ def api_adjustment():
     if isinstance(row, AdjustmentRequest):   # two-person rule: accepted, not booked yet
         return jsonify({"pending": row.to_dict()}), 202
     return jsonify({"request_id": row.request_id, "tenant_id": row.tenant_id,
-                    "amount_usd": str(row.cost_usd), "at": row.at.isoformat()}), 201
+                    "amount_usd": f"{row.cost_usd:f}", "at": row.at.isoformat()}), 201
 
 
 @api_bp.get("/finops/adjustments/requests")

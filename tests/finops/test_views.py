@@ -115,3 +115,27 @@ def test_api_budget_adjustment_and_rebuild(app, client, month):
     assert r.status_code == 200 and r.get_json()["differences"] == []
     budgets = client.get("/api/v1/finops/budgets", headers=headers).get_json()
     assert Decimal(budgets["budgets"][0]["spent_usd"]) == Decimal("-2.5")
+
+
+def test_money_in_the_api_is_fixed_point_never_scientific(app, month, client):
+    """Flask writes a Decimal with str(): a third of a micro-dollar came out as
+    "3.200E-7" and a zero sum of ledger costs as "0E-10" (seen by hand on the dashboard
+    API) where the page and the CSV show fixed point."""
+    import json
+    import re
+
+    from app.ledger.models import LedgerEntry
+    assert json.loads(app.json.dumps({"a": Decimal("0.0000003200"), "b": Decimal("0E-10")})) \
+        == {"a": "0.0000003200", "b": "0.0000000000"}
+    row = db.session.scalars(sa.select(LedgerEntry).where(
+        LedgerEntry.tenant_id == month["tenants"][0].id).limit(1)).one()
+    row.usage_source, row.cost_usd = "counted", Decimal("0.00000032")
+    db.session.commit()
+    headers = {"Authorization": f"Bearer {api_token(UserFactory(role='finops'))}"}
+    got = client.get("/api/v1/finops/dashboard?period=2026-10", headers=headers)
+    assert got.status_code == 200
+    counted = got.get_json()["counted"]
+    assert counted["requests"] == 1 and Decimal(counted["cost"]) == Decimal("0.00000032")
+    assert counted["cost"].startswith("0.00000032"), counted
+    text = got.get_data(as_text=True)
+    assert not re.search(r'"-?\d+(\.\d+)?E[-+]?\d+"', text), re.findall(r'"[^"]*E-\d+"', text)
