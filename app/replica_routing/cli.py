@@ -46,8 +46,28 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+PRESETS = ["seed", "deep_tree", "short_sessions", "hot_tenant"]
+
+
+def preset_rows(preset: str, requests: int, rng_seed: int, rate: float | None = None
+                ) -> list[dict]:
+    """A preset's workload rows, as ``sim workload`` writes them."""
+    from app.replica_routing.workload import seed_workload, shaped_workload
+    kwargs = {"seed": rng_seed, **({"rate_rps": rate} if rate else {})}
+    return (seed_workload(requests, **kwargs) if preset == "seed"
+            else shaped_workload(preset, requests, **kwargs))
+
+
 @sim_cli.command("prefix-routing")
-@click.option("--workload", "workload_path", required=True, help="JSON-lines file ('-': stdin)")
+@click.option("--workload", "workload_path", default=None,
+              help="JSON-lines file ('-': stdin); without it, --preset is generated")
+@click.option("--preset", type=click.Choice(PRESETS), default="seed", show_default=True,
+              help="the workload simulated when no --workload is given (as 'sim workload' "
+              "writes it, with --requests and --seed)")
+@click.option("--requests", type=click.IntRange(1, 10_000_000), default=20_000,
+              show_default=True, help="with --preset")
+@click.option("--seed", "rng_seed", type=int, default=28, show_default=True,
+              help="with --preset")
 @click.option("--replicas", type=click.IntRange(1, 4096), required=True)
 @click.option("--kv-tokens", type=click.IntRange(1), default=DEFAULT_KV_TOKENS,
               show_default=True, help="KV-cache tokens per replica (default: an 8B FP8 "
@@ -61,9 +81,11 @@ def format_table(result: dict) -> str:
 @click.option("--policies", default="", help="comma-separated subset (default: all)")
 @click.option("--record", is_flag=True, help="keep the result for the console's Routing page")
 @click.option("--json", "as_json", is_flag=True, help="print JSON only")
-def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency,
-                   prefill_ms_per_token, decode_ms_per_token, c, policies, record, as_json):
-    """Compare replica-choice policies on a workload (hit rate, balance, TTFT)."""
+def prefix_routing(workload_path, preset, requests, rng_seed, replicas, kv_tokens,
+                   block_tokens, concurrency, prefill_ms_per_token, decode_ms_per_token, c,
+                   policies, record, as_json):
+    """Compare replica-choice policies on a workload (hit rate, balance, TTFT): a
+    JSON-lines file (``sim workload`` writes one), or a preset generated in place."""
     from app.core.prefix_sim import POLICIES, SimParams, simulate
     names = [p.strip() for p in policies.split(",") if p.strip()] or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
@@ -73,16 +95,23 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
     params = SimParams(replicas=replicas, kv_tokens=kv_tokens, block_tokens=block_tokens,
                        concurrency=concurrency, prefill_ms_per_token=prefill_ms_per_token,
                        decode_ms_per_token=decode_ms_per_token, bounded_load_c=c)
-    result = simulate(read_workload(workload_path), params, names)
+    if workload_path is None:   # the rows a written file would hold, exactly
+        from app.replica_routing.workload import to_lines
+        rows = [json.loads(line) for line in to_lines(preset_rows(preset, requests, rng_seed))]
+        source = f"preset {preset}, {requests} requests, seed {rng_seed}"
+        if not as_json:
+            click.echo(f"workload: {source} (--workload FILE to use your own)", err=True)
+    else:
+        rows, source = read_workload(workload_path), workload_path
+    result = simulate(rows, params, names)
     if record:
         from app.replica_routing.service import record_simulation
-        record_simulation(result, {"workload": workload_path, **params.__dict__})
+        record_simulation(result, {"workload": source, **params.__dict__})
     click.echo(json.dumps(result) if as_json else format_table(result))
 
 
 @sim_cli.command("workload")
-@click.option("--preset", type=click.Choice(["seed", "deep_tree", "short_sessions",
-                                            "hot_tenant"]), default="seed", show_default=True,
+@click.option("--preset", type=click.Choice(PRESETS), default="seed", show_default=True,
               help="seed: the seed's cohorts; the others: prefix-tree shapes of issue 17")
 @click.option("--out", "out_path", default="-", help="file to write ('-': stdout)")
 @click.option("--requests", type=click.IntRange(1, 10_000_000), default=20_000,
@@ -92,10 +121,8 @@ def prefix_routing(workload_path, replicas, kv_tokens, block_tokens, concurrency
 @click.option("--seed", "rng_seed", type=int, default=28, show_default=True)
 def workload(preset, out_path, requests, rate, rng_seed):
     """Write a workload as JSON lines."""
-    from app.replica_routing.workload import seed_workload, shaped_workload, to_lines
-    kwargs = {"seed": rng_seed, **({"rate_rps": rate} if rate else {})}
-    rows = (seed_workload(requests, **kwargs) if preset == "seed"
-            else shaped_workload(preset, requests, **kwargs))
+    from app.replica_routing.workload import to_lines
+    rows = preset_rows(preset, requests, rng_seed, rate)
     if out_path == "-":
         for line in to_lines(rows):
             click.echo(line)

@@ -151,3 +151,24 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
     finally:
         kv_index.forget(redis_client, keys, fresh.id)
         redis_client.delete(keys.replica_stats(fresh.id))
+
+
+def test_prefix_routing_without_a_file_simulates_a_preset_as_its_file_would(app, runner,
+                                                                              tmp_path):
+    """``flask sim prefix-routing --replicas 8 --kv-tokens 40000`` (issue 17's command)
+    stopped at "Missing option '--workload'"; it now generates the preset itself, the same
+    rows ``sim workload`` writes."""
+    out = tmp_path / "deep.jsonl"
+    assert runner.invoke(args=["sim", "workload", "--preset", "deep_tree", "--requests",
+                               "300", "--seed", "5", "--out", str(out)]).exit_code == 0
+    args = ["--replicas", "4", "--kv-tokens", "20000", "--policies", "sluice,kv_events",
+            "--json"]
+    from_file = runner.invoke(args=["sim", "prefix-routing", "--workload", str(out), *args])
+    in_place = runner.invoke(args=["sim", "prefix-routing", "--preset", "deep_tree",
+                                   "--requests", "300", "--seed", "5", *args])
+    assert from_file.exit_code == 0 and in_place.exit_code == 0, in_place.output
+    assert json.loads(in_place.output) == json.loads(from_file.output)
+    table = runner.invoke(args=["sim", "prefix-routing", "--replicas", "2", "--requests",
+                                "200", "--policies", "sluice,round_robin"])
+    assert table.exit_code == 0, table.output
+    assert "200 requests, 2 replicas" in table.output and "preset seed" in table.output
