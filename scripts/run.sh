@@ -136,8 +136,11 @@ worker_pid=$last_pid
 .venv/bin/flask --app wsgi sluice start-pools
 # Tier 3 is an external OpenAI-compatible frontier API; on embedded defaults a reference
 # engine stands in for it (set the tier's endpoint to a real one in the console).
+# It takes tools as a frontier API does: tool_choice "auto" (the default when tools are
+# sent) needs the tool-call parser, or agent traffic routed to tier 3 was refused (400)
 log="$VAR/log/frontier-standin.log" start $py -m app.engine --model smollm2 \
-  --served-model-name frontier --host 127.0.0.1 --port "$FRONTIER_PORT"
+  --served-model-name frontier --host 127.0.0.1 --port "$FRONTIER_PORT" \
+  --enable-auto-tool-choice --tool-call-parser hermes
 if [ -f app/gateway/asgi.py ]; then
   log="$VAR/log/gateway.log" start .venv/bin/gunicorn -k uvicorn.workers.UvicornWorker -w 2 \
     -b "127.0.0.1:$GATEWAY_PORT" 'app.gateway.asgi:create_gateway()'

@@ -148,6 +148,12 @@ def create_app(load: Callable[[], Engine], opts: ServerOptions) -> Starlette:
             body = await request.json()
         except ValueError:
             return _error("request body is not valid JSON")
+        n = body.get("n") if isinstance(body, dict) else None
+        if n is not None and n != 1:
+            # one choice per request here: answering n > 1 with a single choice (as this
+            # engine did) breaks a client that reads choices[1]; vLLM pools generate n
+            return _error(f"n={n!r} is not supported by the reference engine: it generates "
+                          "one choice per request (vLLM pools and frontier APIs take n)")
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 

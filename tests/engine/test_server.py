@@ -52,6 +52,17 @@ def test_unknown_model_is_404_like_vllm(tiny_engine):
     assert "does not exist" in r.json()["error"]["message"]
 
 
+def test_n_above_one_is_refused_not_answered_with_one_choice(tiny_engine):
+    """By hand through the gateway, n=3 came back with one choice: the engine ignored n.
+    It now says it generates one choice per request; n=1 still serves."""
+    url, msgs = f"{tiny_engine.url}/v1/chat/completions", [{"role": "user", "content": "x"}]
+    r = httpx.post(url, json={"model": tiny_engine.name, "messages": msgs, "n": 3})
+    assert r.status_code == 400 and "one choice per request" in r.json()["error"]["message"]
+    one = httpx.post(url, json={"model": tiny_engine.name, "messages": msgs, "n": 1,
+                                "max_tokens": 4})
+    assert one.status_code == 200 and len(one.json()["choices"]) == 1
+
+
 def test_seeded_sampling_repeats(tiny_engine):
     kw = {"temperature": 1.0, "seed": 1234, "max_tokens": 12}
     assert _text(tiny_engine.chat("tell me", **kw)) == _text(tiny_engine.chat("tell me", **kw))
