@@ -21,6 +21,20 @@ class EngineError(Exception):
     kind = "BadRequestError"
 
 
+def text_of_parts(parts: list) -> str:
+    """OpenAI content parts as text. This engine's models read text only: an image or
+    audio part is refused (vLLM refuses them for a text-only model), never dropped, which
+    answered a question about a picture without the picture."""
+    out = []
+    for p in parts:
+        kind = p.get("type", "text") if isinstance(p, dict) else None
+        if kind != "text":
+            raise EngineError(f"content part of type {kind!r} is not supported: this model "
+                              "takes text only")
+        out.append(str(p.get("text") or ""))
+    return "".join(out)
+
+
 class ModelNotFound(EngineError):
     status = 404
     kind = "NotFoundError"
@@ -79,6 +93,9 @@ class Engine:
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """Prompt ids; ``tools`` (function objects) go to a template that renders them, or
         are written in Hermes form for one that does not (see tools.render_messages)."""
+        for m in messages:   # OpenAI content parts: text only, on every path
+            if isinstance(m, dict) and isinstance(m.get("content"), list):
+                m["content"] = text_of_parts(m["content"])
         if tools is not None or any(m.get("role") == "tool" or m.get("tool_calls")
                                     for m in messages if isinstance(m, dict)):
             from app.engine.tools import render_messages
@@ -92,9 +109,6 @@ class Engine:
         for m in messages:
             if not isinstance(m, dict) or not isinstance(m.get("role"), str):
                 raise EngineError("each message needs a string 'role'")
-            if isinstance(m.get("content"), list):  # OpenAI content parts: keep the text ones
-                m["content"] = "".join(p.get("text", "") for p in m["content"]
-                                       if isinstance(p, dict))
             if not isinstance(m.get("content", ""), str):
                 raise EngineError("message content must be a string")
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True,

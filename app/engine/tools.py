@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.engine.core import EngineError
+from app.engine.core import EngineError, text_of_parts
 
 PARSERS = ("hermes",)
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -166,7 +166,7 @@ def render_messages(messages: list[dict], functions: list[dict] | None) -> list[
         elif role == "tool":
             content = m.get("content")
             if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+                content = text_of_parts(content)
             out.append({"role": "user",
                         "content": f"<tool_response>\n{content or ''}\n</tool_response>"})
         else:

@@ -63,6 +63,25 @@ def test_n_above_one_is_refused_not_answered_with_one_choice(tiny_engine):
     assert one.status_code == 200 and len(one.json()["choices"]) == 1
 
 
+def test_an_image_part_is_refused_not_dropped(tiny_engine):
+    """By hand, an image_url part reached this text-only engine and was dropped: the
+    model answered about a picture it never saw. Text parts still join."""
+    url = f"{tiny_engine.url}/v1/chat/completions"
+    image = {"type": "image_url", "image_url": {"url": "http://example.invalid/a.png"}}
+    for messages in ([{"role": "user", "content": [{"type": "text", "text": "what is it?"},
+                                                   image]}],
+                     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None,
+                      "tool_calls": [{"id": "c", "type": "function", "function": {
+                          "name": "f", "arguments": "{}"}}]},
+                      {"role": "tool", "tool_call_id": "c", "content": [image]}]):
+        r = httpx.post(url, json={"model": tiny_engine.name, "messages": messages})
+        assert r.status_code == 400, r.text
+        assert "'image_url' is not supported" in r.json()["error"]["message"]
+    ok = httpx.post(url, json={"model": tiny_engine.name, "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"text": "b"}]}]})
+    assert ok.status_code == 200, ok.text
+
+
 def test_seeded_sampling_repeats(tiny_engine):
     kw = {"temperature": 1.0, "seed": 1234, "max_tokens": 12}
     assert _text(tiny_engine.chat("tell me", **kw)) == _text(tiny_engine.chat("tell me", **kw))
