@@ -188,14 +188,14 @@ def save_budget(user, tenant_id: Any, monthly_limit_usd: Any, action: str,
             loosened["action"] = ["central bound: a hard stop stays a hard stop"]
         if loosened:
             raise Forbidden("a tenant may tighten its budget, never lift it", loosened)
-    before = _budget_dict(row) if row else None
+    before = budget_dict(row) if row else None
     if row is None:
         row = Budget(tenant_id=tenant.id)
         db.session.add(row)
     row.monthly_limit_usd, row.action, row.webhook_url = limit, action, webhook_url
     db.session.flush()
     record(user, "budget.save", "budget", row.id, tenant_id=tenant.id, before=before,
-           after=_budget_dict(row))
+           after=budget_dict(row))
     db.session.commit()
     rb.mirror_limit(get_redis(), _ns(), tenant.id, limit, action, tenant.name)
     return row
@@ -211,13 +211,14 @@ def delete_budget(user, tenant_id: Any) -> None:
     if row is None:
         raise NotFound("this tenant has no budget")
     record(user, "budget.delete", "budget", row.id, tenant_id=tenant.id,
-           before=_budget_dict(row))
+           before=budget_dict(row))
     db.session.delete(row)
     db.session.commit()
     rb.mirror_limit(get_redis(), _ns(), tenant.id, None)
 
 
-def _budget_dict(row: Budget) -> dict:
+def budget_dict(row: Budget) -> dict:
+    """A budget as the API answers it and the audit log records it."""
     return {"tenant_id": row.tenant_id, "monthly_limit_usd": f"{row.monthly_limit_usd:f}",
             "action": row.action, "webhook_url": row.webhook_url}
 

@@ -6,7 +6,6 @@ import csv
 import hashlib
 import io
 import json
-from decimal import Decimal
 from typing import Any, Iterable
 
 from flask import (Blueprint, Response, flash, g, jsonify, redirect, render_template, request,
@@ -258,12 +257,12 @@ def _csv_response(user, report: str) -> Response:
 # --- JSON API -------------------------------------------------------------------------
 
 def _json(value: Any) -> Any:
+    """Periods and datetimes as JSON; Decimals are left to the app's JSON provider
+    (``app.factory.JSONProvider``: fixed point)."""
     if isinstance(value, dict):
         return {k: _json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_json(v) for v in value]
-    if isinstance(value, Decimal):
-        return f"{value:f}"   # fixed point: str() writes 3.2E-7 and 0E-10
     if isinstance(value, reports.Period):
         return {"start": value.start.isoformat(), "end": value.end.isoformat(),
                 "label": value.label}
@@ -323,8 +322,7 @@ def api_budget_save(tenant_id: int):
     data = body()
     row = service.save_budget(g.api_user, tenant_id, data.get("monthly_limit_usd"),
                               data.get("action", "alert"), data.get("webhook_url", ""))
-    return jsonify({"tenant_id": row.tenant_id, "monthly_limit_usd": f"{row.monthly_limit_usd:f}",
-                    "action": row.action, "webhook_url": row.webhook_url})
+    return jsonify(service.budget_dict(row))
 
 
 @api_bp.route("/finops/budgets/<int:tenant_id>", methods=["DELETE"])
@@ -343,7 +341,7 @@ def api_adjustment():
     if isinstance(row, AdjustmentRequest):   # two-person rule: accepted, not booked yet
         return jsonify({"pending": row.to_dict()}), 202
     return jsonify({"request_id": row.request_id, "tenant_id": row.tenant_id,
-                    "amount_usd": f"{row.cost_usd:f}", "at": row.at.isoformat()}), 201
+                    "amount_usd": row.cost_usd, "at": row.at.isoformat()}), 201
 
 
 @api_bp.get("/finops/adjustments/requests")
