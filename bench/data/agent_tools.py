@@ -576,3 +576,53 @@ HELDOUT_6 = [
     "Throw on a Radiohead playlist in the car.",
     "Check the web for the AWS re:Invent keynote date and remind me the morning of.",
 ]
+
+# Day 9, written on 2026-12-06 (session 40) before the name-only tier was chosen and
+# before any selector ran on it: its first run is the held-out figure for that choice.
+HELDOUT_7 = [
+    "Should I pack a raincoat for Glasgow over the next couple of days?",
+    "How hot is it in Phoenix at the moment?",
+    "Is it still morning in Honolulu?",
+    "Our standup is 9:30 Pacific. When is that for the folks in Bangalore?",
+    "How much daylight will Oslo get on the winter solstice; when does the sun rise and set?",
+    "Attach the signed NDA from our drive to an email to counsel@acme.com, subject 'NDA'.",
+    "The landlord wrote to me about the lease renewal a few days ago; dig out that email "
+    "and show it to me.",
+    "Let the #support team know on Slack that the status page is back up.",
+    "Message +447700900123 by text: the keys are under the mat.",
+    "Get me 45 minutes with Ravi and Lena before Friday, whenever all three of us are free, "
+    "and put it in the calendar.",
+    "Am I free on Monday morning or is something booked?",
+    "Put 'renew the car registration' on my list, due the 30th, low priority.",
+    "Ping me at 8pm to take the laundry out.",
+    "I need to get from Chicago to Austin on March 12; find the flights and book the lowest "
+    "fare.",
+    "Somewhere to stay in Kyoto, 9 to 12 October, close to the station; pick one and "
+    "reserve it.",
+    "Has BA 286 from San Francisco landed yet?",
+    "Where is Microsoft trading right now?",
+    "What do 900 Swiss francs come to in British pounds?",
+    "How much money is left in the payroll account?",
+    "Send Soylent Corp an invoice: 12 hours of data migration, net 45.",
+    "List what we paid Google Cloud out of the main account last quarter.",
+    "Everything in the CRM about Wayne Enterprises, please.",
+    "The Massive Dynamic opportunity is now at 'proposal sent'.",
+    "Note down that I talked to Cyberdyne's procurement lead; they need a security "
+    "questionnaire.",
+    "Acme Rockets can't export CSVs from the billing page; raise a P2 ticket for them.",
+    "Locate the brand guidelines PDF and give brand@acme.com view access.",
+    "What does the travel expense policy say, in a few bullet points?",
+    "Draft a fresh document named 'Hiring plan H1' with a section per team.",
+    "Payments-api looks unhappy; how is it doing and what's in its recent error logs?",
+    "Is anything currently on fire? Show me the open incidents.",
+    "Bounce the image-resizer service in ap-south-1 and make sure it comes back healthy.",
+    "Open a GitHub bug in acme/mobile: push notifications arrive twice on Android.",
+    "Get me a USB-C charger under $30 and place the order.",
+    "Any update on shipment 1Z12345E0205271688?",
+    "Find a ramen place near Shibuya for two at 8 tonight and reserve it.",
+    "What are the papers saying about the rate decision?",
+    "How do you say 'please sign both copies' in Italian?",
+    "What's 3,250 divided by 13?",
+    "Some lo-fi beats in the study, please.",
+    "Look up online when the Apple WWDC keynote is and remind me that morning.",
+]
