@@ -13,8 +13,10 @@ is sent twice, to the same reference engine under two cache salts (day 2, below)
   select_for``, the gateway's MiniLM field vectors): the k (to k+2) best scored for the
   user turns, their id lookups, and every tool called earlier, by name; with ``--stubs``
   (policy ``tool_retrieval_stubs``) the next best scored as stubs, and with ``--full``
-  (``tool_retrieval_full``) only that many of the scored picks in full, the rest as stubs;
-  a stub counts as sent for recall, with its own tokens.
+  (``tool_retrieval_full``) only that many of the scored picks in full, the rest as stubs,
+  and with ``--names`` (``tool_retrieval_names``) that many more past the stubs by name
+  alone; a stub or a name counts as sent for recall, with its own tokens, and the recall
+  lines say how many of their hits were sent by name alone.
 
 Recall is measured on three days of the workflow: day 1 the tasks as written, with the
 workflow memory (tools called by past conversations that asked alike) empty at the start
@@ -26,7 +28,9 @@ wording, held out from the second round (chosen on days 1-3); day 5 (``HELDOUT_3
 and day 6 (``HELDOUT_4``) two more, written and committed before the third round, held
 out from it (day 6 not run until that round was fixed); day 7 (``HELDOUT_5``) and day 8
 (``HELDOUT_6``), written and committed before the fourth round and not run until it was
-fixed, held out from it (chosen on days 1-6): the held-out figures.
+fixed, held out from it (chosen on days 1-6): the held-out figures; day 9 (``HELDOUT_7``),
+written and committed before the fifth round (the name-only tier, chosen on days 1-8) and
+not run until it was fixed.
 
 Per arm it prints prompt tokens per turn, tool-definition tokens per turn (SmolLM2
 tokenizer, counted as the ledger counts them), the engine's prefix-cache hit rate (its
@@ -89,7 +93,7 @@ def turns(task: tuple[str, list[str]]):
                       "content": json.dumps({"ok": True, "id": f"r{i}-{abs(hash(name)) % 997}"})}]
 
 
-STUBS, FULL = 0, None   # set by --stubs, --full
+STUBS, FULL, NAMES = 0, None, 0   # set by --stubs, --full, --names
 
 
 def selection(tools, messages, k, memory):
@@ -101,7 +105,7 @@ def selection(tools, messages, k, memory):
     query = query_text(messages)
     return select_for(tools, messages, "auto", k=k, pinned=[], qvec=embed(query), query=query,
                       key=("bench", "agent"), memory=memory, clauses=clause_vectors(query),
-                      stubs=STUBS, full=FULL)
+                      stubs=STUBS, full=FULL, by_name=NAMES)
 
 
 def cost(prices, prompt, cached, completion) -> Decimal:
@@ -139,11 +143,14 @@ def main() -> int:
     ap.add_argument("--full", type=int, default=0,
                     help="policy tool_retrieval_full: of the scored picks, how many go in "
                          "full (0: all)")
+    ap.add_argument("--names", type=int, default=0,
+                    help="policy tool_retrieval_names: tools sent by name alone past the "
+                         "stubs")
     ap.add_argument("--tasks", type=int, default=len(TASKS))
     ap.add_argument("--no-engine", action="store_true", help="selection and counts only")
     args = ap.parse_args()
-    global STUBS, FULL
-    STUBS, FULL = args.stubs, args.full or None
+    global STUBS, FULL, NAMES
+    STUBS, FULL, NAMES = args.stubs, args.full or None, args.names
 
     from app.contract.tokenizers import get_counter
     from app.gateway.tool_retrieval import _tokens, field_vectors
@@ -158,16 +165,18 @@ def main() -> int:
     print(f"workload: {len(tools)} tools ({full_tokens} definition tokens, "
           f"{min(per_tool.values())}-{max(per_tool.values())} per tool, SmolLM2 tokenizer), "
           f"{len(tasks)} tasks, {sum(len(c) + 1 for _, c in tasks)} turns, k={args.k}, "
-          f"full={args.full or 'all'}, stubs={args.stubs}")
+          f"full={args.full or 'all'}, stubs={args.stubs}, names={args.names}")
     print(f"tool vectors: {n_fields} fields of {len(tools)} tools embedded in "
           f"{embed_s * 1000:.0f} ms (once per process)")
 
     from app.gateway.tool_retrieval import WorkflowMemory
     memories = [WorkflowMemory()]
     sel_ms = []
+    by_name = [0]
 
     def replay(day: list, memory) -> tuple[list, int, int, list]:
         plan, need, hit, misses = [], 0, 0, []
+        named = 0
         for ti, task in enumerate(day):
             for messages, needed, completion in turns(task):
                 t0 = time.perf_counter()
@@ -177,14 +186,16 @@ def main() -> int:
                     need += 1
                     if needed in sel.names:
                         hit += 1
+                        named += needed in sel.named
                     else:
                         misses.append((task[0], needed, sorted(sel.names),
                                        sel.ranked.index(needed) + 1))
                 plan.append((ti, messages, sel, completion))
+        by_name[0] = named   # hits whose tool went by name alone, read after each day
         return plan, need, hit, misses
 
     from bench.data.agent_tools import HELDOUT, HELDOUT_2, HELDOUT_3, HELDOUT_4, HELDOUT_5, \
-        HELDOUT_6, PARAPHRASES
+        HELDOUT_6, HELDOUT_7, PARAPHRASES
 
     def copy(memory):
         out = WorkflowMemory()
@@ -192,26 +203,38 @@ def main() -> int:
         return out
 
     _, need1, hit1, misses1 = replay(tasks, memories[-1])
+    named_1_8 = by_name[0]   # summed over the days of the days 1-8 line
     day1_memory = copy(memories[-1])
     day2 = [(PARAPHRASES[i], calls) for i, (_, calls) in enumerate(tasks)]
     day3 = [(HELDOUT[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan, need, hit, misses = replay(day2, memories[-1])
+    named_1_8 += by_name[0]
     _, need3, hit3, misses3 = replay(day3, copy(day1_memory))
+    named_1_8 += by_name[0]
     _, need3c, hit3c, misses3c = replay(day3, WorkflowMemory())
     day4 = [(HELDOUT_2[i], calls) for i, (_, calls) in enumerate(tasks)]
     _, need4, hit4, misses4 = replay(day4, copy(day1_memory))
+    named_1_8 += by_name[0]
     day5 = [(HELDOUT_3[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan5, need5, hit5, misses5 = replay(day5, copy(day1_memory))
+    named_1_8 += by_name[0]
     _, need5c, hit5c, _ = replay(day5, WorkflowMemory())
     day6 = [(HELDOUT_4[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan6, need6, hit6, misses6 = replay(day6, copy(day1_memory))
+    named_1_8 += by_name[0]
     _, need6c, hit6c, _ = replay(day6, WorkflowMemory())
     day7 = [(HELDOUT_5[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan7, need7, hit7, misses7 = replay(day7, copy(day1_memory))
+    named_1_8 += by_name[0]
     _, need7c, hit7c, _ = replay(day7, WorkflowMemory())
     day8 = [(HELDOUT_6[i], calls) for i, (_, calls) in enumerate(tasks)]
     plan8, need8, hit8, misses8 = replay(day8, copy(day1_memory))
+    named_1_8 += by_name[0]
     _, need8c, hit8c, _ = replay(day8, WorkflowMemory())
+    day9 = [(HELDOUT_7[i], calls) for i, (_, calls) in enumerate(tasks)]
+    plan9, need9, hit9, misses9 = replay(day9, copy(day1_memory))
+    named_9 = by_name[0]
+    _, need9c, hit9c, _ = replay(day9, WorkflowMemory())
     print(f"\nretrieval recall, day 1 (the workflow's first {len(tasks)} tasks, memory "
           f"empty at the start, learning as they run): {hit1}/{need1} = "
           f"{100 * hit1 / need1:.1f}%")
@@ -240,9 +263,18 @@ def main() -> int:
           f"{100 * hit8 / need8:.1f}%")
     print(f"retrieval recall, day 8, memory empty: {hit8c}/{need8c} = "
           f"{100 * hit8c / need8c:.1f}%")
+    print(f"retrieval recall, day 9, written before the fifth round and held out from its "
+          f"choice (memory of day 1): {hit9}/{need9} = {100 * hit9 / need9:.1f}%")
+    print(f"retrieval recall, day 9, memory empty: {hit9c}/{need9c} = "
+          f"{100 * hit9c / need9c:.1f}%")
+    h18 = hit1 + hit + hit3 + hit4 + hit5 + hit6 + hit7 + hit8
+    n18 = need1 + need + need3 + need4 + need5 + need6 + need7 + need8
+    print(f"retrieval recall, days 1-8 (memory of day 1 from day 2 on): {h18}/{n18} = "
+          f"{100 * h18 / n18:.1f}%, of which {named_1_8} sent by name alone (in full or as "
+          f"stubs: {100 * (h18 - named_1_8) / n18:.1f}%); day 9: {named_9} by name alone")
     for day, missed in (("day 1", misses1), ("day 3", misses3), ("day 4", misses4),
                         ("day 5", misses5), ("day 6", misses6), ("day 7", misses7),
-                        ("day 8", misses8)):
+                        ("day 8", misses8), ("day 9", misses9)):
         for request, needed, sent, rank in missed:
             print(f"  {day} missed {needed} (scored {rank}th) for {request!r}: sent {sent}")
     for request, needed, sent, rank in misses:
@@ -265,7 +297,8 @@ def main() -> int:
           f"(min {min(sent_tokens)}, max {max(sent_tokens)}) = "
           f"{100 * (1 - avg_sent / full_tokens):.1f}% fewer")
     for label, p in (("day 5", plan5), ("day 6", plan6), ("days 5 and 6", plan5 + plan6),
-                     ("day 7", plan7), ("day 8", plan8), ("days 7 and 8", plan7 + plan8)):
+                     ("day 7", plan7), ("day 8", plan8), ("days 7 and 8", plan7 + plan8),
+                     ("day 9", plan9)):
         toks = [_tokens(sel.sent, counter) for _, _, sel, _ in p]
         avg = sum(toks) / len(toks)
         print(f"tool-definition tokens per turn, {label} (held out): retrieval {avg:.0f} = "

@@ -160,6 +160,13 @@ FIELDS: dict[str, Field] = {
                                       "full). The choice, called and pinned tools and the "
                                       "lookups they need always go in full",
                                  tenant=TENANT_FREE),
+    "tool_retrieval_names": Field(int, 0, 0, 128,
+                                  help="Tools sent by name alone past the stubs (no "
+                                       "description or parameters, ~15 tokens each): the "
+                                       "next best scored; one called with arguments its "
+                                       "full schema rejects is retried with the full "
+                                       "definition",
+                                  tenant=TENANT_FREE),
     "tool_retrieval_pinned": Field(str, "", help="Tools always sent (comma-separated names)",
                                    tenant=TENANT_FREE),
     "tool_retrieval_workflows": Field(str, "",
@@ -182,8 +189,8 @@ ANSWER_FIELDS: dict[str, tuple[str, ...]] = {
                "minify_style_hint", "schema_error_action"),
     "tools": ("minify_enabled", "minify_tools", "minify_enums", "minify_alias_style",
               "minify_compact_json", "minify_style_hint", "tool_retrieval", "tool_retrieval_k",
-              "tool_retrieval_stubs", "tool_retrieval_full", "tool_retrieval_pinned",
-              "tool_retrieval_workflows"),
+              "tool_retrieval_stubs", "tool_retrieval_full", "tool_retrieval_names",
+              "tool_retrieval_pinned", "tool_retrieval_workflows"),
 }
 ROUTING_FIELDS = frozenset((
     "cache_enabled", "cache_similarity_threshold", "cache_ttl_s", "cache_max_temperature",

@@ -32,6 +32,12 @@ scored picks as stubs. More tools reach the model within the same token budget. 
 a stub whose arguments the full schema rejects is retried with the full definition (the
 gateway's ``tool_retrieval``).
 
+Past the stubs, ``by_name`` more of the best scored go by name alone (``name_definition``:
+``{"name": ...}``, no description or parameters; ~16 tokens here against ~69 for a stub and
+~118 in full). The name is often what tells the model which tool a request needs when the
+embedding missed it ("HR sent me something" -> ``search_emails``); a call to one whose
+arguments the full schema rejects is retried with the full definition, as for a stub.
+
 They go out in canonical order (by name), stubs among the full ones, so a conversation
 whose selection does not change sends byte-identical tool blocks turn after turn and the
 engine's prefix cache keeps hitting; the query is the user turns only (not tool results),
@@ -54,7 +60,10 @@ class Selection:
     dropped: list[str] = field(default_factory=list)        # names not sent
     ranked: list[str] = field(default_factory=list)         # every tool, best scored first
     scores: dict[str, float] = field(default_factory=dict)  # name -> score ranked by
-    stubbed: list[str] = field(default_factory=list)        # sent as stubs (reason "stub")
+    # sent as stubs (reason "stub") or by name alone (reason "name"): each is retried with
+    # its full definition when called with arguments that definition rejects
+    stubbed: list[str] = field(default_factory=list)
+    named: list[str] = field(default_factory=list)          # the stubbed sent by name alone
 
     @property
     def names(self) -> set[str]:
@@ -150,6 +159,13 @@ def stub_definition(tool: Mapping[str, Any]) -> dict:
         out["parameters"] = {"type": "object", **{
             k: v for k, v in _stub_schema(params).items() if k != "type"}}
     return {"type": "function", "function": out}
+
+
+def name_definition(tool: Mapping[str, Any]) -> dict:
+    """What a tool is sent as past the stubs: its name alone (OpenAI's and vLLM's function
+    definitions take ``parameters`` as optional). A call the full schema rejects is retried
+    with the full definition."""
+    return {"type": "function", "function": {"name": tool_name(tool)}}
 
 
 LOOKUP_VERBS = {"search", "find", "list", "lookup"}
@@ -341,7 +357,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
                  prerequisite: Mapping[str, Sequence[str]] | None = None,
                  consumer_weight: float = 0.2, low: float | None = None,
                  k_low: int = 0, margin_low: float | None = None,
-                 stubs: int = 0, full: int | None = None) -> Selection:
+                 stubs: int = 0, full: int | None = None, by_name: int = 0) -> Selection:
     """The tools to send (see the module doc). ``similarity[i]`` scores ``tools[i]``
     against the conversation; ties keep the client's order. ``learned``: tools the
     workflow's alike past conversations called (``learned_tools``); their cosine is added
@@ -356,9 +372,10 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     well, so the ranking below the top is noise), up to ``k_low`` go, those within
     ``margin_low`` of the best. ``stubs``: the next that many best scored go as stubs
     (``stub_definition``, reason "stub"); ``full``: only that many of the best scored go
-    in full, the rest of them as stubs too. The choice, pinned tools and lookups always go
-    in full; a called tool goes in the form its rank gives it (reason "called"; in full
-    when it ranks nowhere near, as after a call to a tool not sent)."""
+    in full, the rest of them as stubs too; ``by_name``: the next that many past the stubs
+    go by name alone (``name_definition``, reason "name"). The choice, pinned tools and
+    lookups always go in full; a called tool goes in the form its rank gives it (reason
+    "called"; in full when it ranks nowhere near, as after a call to a tool not sent)."""
     names = [tool_name(t) for t in tools]
     reasons: dict[str, str] = {}
     called = called_names(messages)
@@ -415,9 +432,18 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     for name in stubbed:
         if reasons.get(name) != "called":
             reasons[name] = "stub"
-    stub_set = set(stubbed)
-    sent = sorted((stub_definition(t) if n in stub_set else t
+    # by name alone: the next best scored past the stubs (never their lookups: a named
+    # tool the model calls is retried with its full definition, and the lookup's name may
+    # itself be among these)
+    named = [names[i] for i in ranked if names[i] not in picked and names[i] not in stubbed
+             and reasons.get(names[i]) in (None, "called")][:max(0, by_name)]
+    for name in named:
+        if reasons.get(name) != "called":
+            reasons[name] = "name"
+    stub_set, name_set = set(stubbed), set(named)
+    sent = sorted((stub_definition(t) if n in stub_set else name_definition(t)
+                   if n in name_set else t
                    for t, n in zip(tools, names) if n in reasons), key=tool_name)
     return Selection(sent, reasons, [n for n in names if n not in reasons],
                      [names[i] for i in ranked], {names[i]: score[i] for i in ranked},
-                     stubbed)
+                     stubbed + named, named)

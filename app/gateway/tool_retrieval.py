@@ -19,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from app.core.tool_select import Selection, parse_pinned, prerequisites, query_text, \
-    select_tools, stub_definition, tool_fields, tool_name
+from app.core.tool_select import Selection, name_definition, parse_pinned, prerequisites, \
+    query_text, select_tools, stub_definition, tool_fields, tool_name
 from app.gateway.context import RequestContext
 from app.gateway.request_facts import tokenizer_name
 from app.gateway.workflow_memory import SharedWorkflowMemory, WorkflowMemory
@@ -138,7 +138,7 @@ LOW_SCORE, K_LOW_EXTRA, MARGIN_LOW = 0.45, 8, 0.25
 def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                pinned: list[str], qvec, query: str, key: tuple,
                memory: Memory, clauses: list | None = None,
-               stubs: int = 0, full: int | None = None) -> Selection:
+               stubs: int = 0, full: int | None = None, by_name: int = 0) -> Selection:
     """The selection for a conversation whose user turns ``query`` embed as ``qvec``
     (its parts as ``clauses``, ``clause_vectors``), learning from it into ``memory``
     under ``key`` (the gateway's and the bench's); ``stubs`` more go as stubs, and of the
@@ -160,7 +160,7 @@ def select_for(tools: list[dict], messages: list, tool_choice: Any, *, k: int,
                         learned=learned, co_called=co_called, k_max=k + K_EXTRA,
                         margin=MARGIN, prerequisite=prerequisites(tools), low=LOW_SCORE,
                         k_low=k + K_LOW_EXTRA, margin_low=MARGIN_LOW, stubs=stubs,
-                        full=full)
+                        full=full, by_name=by_name)
 
 
 def select(ctx: RequestContext, body: dict, memory: Memory = MEMORY) -> Selection:
@@ -169,17 +169,20 @@ def select(ctx: RequestContext, body: dict, memory: Memory = MEMORY) -> Selectio
     k = int(ctx.policy["tool_retrieval_k"])
     stubs = int(ctx.policy.get("tool_retrieval_stubs") or 0)
     full = int(ctx.policy.get("tool_retrieval_full") or 0) or None
+    by_name = int(ctx.policy.get("tool_retrieval_names") or 0)
     pinned = parse_pinned(ctx.policy.get("tool_retrieval_pinned") or "")
     query = query_text(messages)
     if not query.strip():
         return select_tools(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                             similarity=[0.0] * len(tools),
-                            prerequisite=prerequisites(tools), stubs=stubs, full=full)
+                            prerequisite=prerequisites(tools), stubs=stubs, full=full,
+                            by_name=by_name)
     qvec = embed(query, owner=(ctx.tenant or {}).get("id"))
     return select_for(tools, messages, body.get("tool_choice"), k=k, pinned=pinned,
                       qvec=qvec, query=query,
                       key=((ctx.tenant or {}).get("id"), ctx.workflow_signature),
-                      memory=memory, clauses=clause_vectors(query), stubs=stubs, full=full)
+                      memory=memory, clauses=clause_vectors(query), stubs=stubs, full=full,
+                      by_name=by_name)
 
 
 def choose(ctx: RequestContext) -> dict:
@@ -197,7 +200,8 @@ def choose(ctx: RequestContext) -> dict:
         return body
     ctx.telemetry["tools"] = {"retrieval": "applied", "offered": len(body["tools"]),
                               "sent": len(sel.sent), "reasons": sel.reasons,
-                              "dropped": sel.dropped, "stubbed": sel.stubbed}
+                              "dropped": sel.dropped, "stubbed": sel.stubbed,
+                              "named": sel.named}
     if not sel.dropped and not sel.stubbed:
         return body
     return {**body, "tools": sel.sent}
@@ -217,8 +221,8 @@ def _tokens(tools: list, counter) -> int:
 
 def count_definitions(ctx: RequestContext) -> None:
     """Book the tool-definition tokens sent upstream, and those retrieval kept out (the
-    dropped tools as the client wrote them, and for each tool sent as a stub its full
-    definition less the stub), in the tier's tokenizer."""
+    dropped tools as the client wrote them, and for each tool sent as a stub or by name its
+    full definition less what was sent for it), in the tier's tokenizer."""
     sent = (ctx.upstream_body or ctx.body).get("tools")
     if not isinstance(sent, list) or not sent:
         return
@@ -230,10 +234,12 @@ def count_definitions(ctx: RequestContext) -> None:
     stubbed = set(info.get("stubbed") or ())
     full = ctx.body.get("tools") or []
     saved = _tokens([t for t in full if tool_name(t) in dropped], counter) if dropped else 0
-    if stubbed:
+    if stubbed:   # each in the form retrieval gave it, from the client's definition
+        named = set(info.get("named") or ())
         whole = [t for t in full if tool_name(t) in stubbed]
-        saved += _tokens(whole, counter) - _tokens([stub_definition(t) for t in whole],
-                                                   counter)
+        saved += _tokens(whole, counter) - _tokens(
+            [name_definition(t) if tool_name(t) in named else stub_definition(t)
+             for t in whole], counter)
     info["saved_tokens"] = max(saved, 0)
     info.setdefault("retries", 0)
 
@@ -293,10 +299,11 @@ def full_set_body(ctx: RequestContext) -> dict:
         full = {tool_name(t): t for t in ctx.body.get("tools") or []}
         sent = (ctx.tools_body or ctx.body).get("tools") or []
         info["stubbed"] = [n for n in info.get("stubbed") or () if n != stub]
+        info["named"] = [n for n in info.get("named") or () if n != stub]
         (info.get("reasons") or {})[stub] = "stub_retry"
         return {**(ctx.tools_body or ctx.body),
                 "tools": [full.get(stub, t) if tool_name(t) == stub else t for t in sent]}
-    info["dropped"], info["stubbed"], info["saved_tokens"] = [], [], 0
+    info["dropped"], info["stubbed"], info["named"], info["saved_tokens"] = [], [], [], 0
     info["sent"] = info.get("offered", info.get("sent"))
     return ctx.body
 

@@ -205,3 +205,27 @@ def test_a_stub_brings_its_lookup_as_a_stub():
     assert sel.reasons == {"get_weather": "similar", "read_email": "stub",
                            "search_emails": "stub"}
     assert sel.stubbed == ["read_email", "search_emails"]
+
+
+def test_past_the_stubs_the_next_best_scored_go_by_name_alone():
+    from app.core.tool_select import name_definition, stub_definition
+    sims = [0.5, 0.1, 0.9, 0.3, 0.0]          # mid, zeta, beta, alpha, gamma
+    sel = select_tools(TOOLS, [], "auto", k=1, pinned=[], stubs=1, by_name=2,
+                       similarity=sims)
+    assert sel.reasons == {"mid": "similar", "zeta": "stub", "beta": "name",
+                           "alpha": "name"}
+    # both are retried with their full definitions when a call does not fit: "stubbed"
+    assert sel.stubbed == ["zeta", "beta", "alpha"] and sel.named == ["beta", "alpha"]
+    assert sel.dropped == ["gamma"]
+    by_name = {t["function"]["name"]: t for t in sel.sent}
+    assert list(by_name) == ["alpha", "beta", "mid", "zeta"]   # canonical order
+    assert by_name["beta"] == name_definition(TOOLS[3]) == {
+        "type": "function", "function": {"name": "beta"}}
+    assert by_name["zeta"] == stub_definition(TOOLS[0]) and by_name["mid"] == TOOLS[2]
+    # none by default, and the choice goes in full whatever its rank
+    assert select_tools(TOOLS, [], "auto", k=1, pinned=[], stubs=1,
+                        similarity=sims).named == []
+    chose = select_tools(TOOLS, [], {"type": "function", "function": {"name": "beta"}},
+                         k=1, pinned=[], stubs=1, by_name=2, similarity=sims)
+    assert chose.reasons["beta"] == "choice" and chose.named == ["alpha", "gamma"]
+    assert {t["function"]["name"]: t for t in chose.sent}["beta"] == TOOLS[3]

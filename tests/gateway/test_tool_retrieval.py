@@ -176,6 +176,50 @@ def test_a_stub_called_with_arguments_its_schema_takes_is_not_retried_else_it_is
     assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
 
 
+def test_past_the_stubs_tools_go_by_name_alone_and_a_misfit_call_gets_the_full_one(
+        app, gateway, fake_replicas, frontier):
+    policy = {**STUB_POLICY, "tool_retrieval_stubs": 1, "tool_retrieval_names": 3}
+    w = make_world(app, gateway, [fake_replicas[0].url], frontier.url, policy=policy)
+    ask = {"role": "user", "content": "Will it rain in Paris tomorrow?"}
+    w.client().chat.completions.create(model="tier-1", tools=TOOLS, temperature=0,
+                                       messages=[ask])
+    body = httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]
+    sent = {t["function"]["name"]: t for t in body["tools"]}
+    row = w.drain_rows(1)[0]
+    info = row.payload["pipeline"]["tools"]
+    named = info["named"]
+    assert len(named) == 3 and {info["reasons"][n] for n in named} == {"name"}
+    assert set(named) < set(info["stubbed"]) and len(info["stubbed"]) == 4
+    assert list(sent) == sorted(sent) and len(sent) == 2 + 1 + 3
+    for name in named:   # the name alone: no description, no parameters
+        assert sent[name] == {"type": "function", "function": {"name": name}}
+    # sent + saved (dropped in full; a stub's or a name's full definition less it) = all 12
+    assert row.tool_tokens == _full_tokens(body["tools"])
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+    # a call with arguments the full schema takes is served; one it rejects is sent again
+    # with that tool's full definition in its place, the other names still names
+    one = named[0]
+    r = w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "system", "content": f'[[call-tool:{one} {{"query": "x"}}]]'},
+                  ask])
+    assert r.choices[0].message.tool_calls[0].function.name == one
+    assert w.drain_rows(2)[1].tool_retries == 0
+    r = w.client().chat.completions.create(
+        model="tier-1", tools=TOOLS, temperature=0,
+        messages=[{"role": "system", "content": f"[[call-tool:{one}]]"}, ask])
+    assert r.choices[0].message.tool_calls[0].function.name == one
+    body = httpx.get(fake_replicas[0].url + "/stats").json()["last_body"]
+    again = {t["function"]["name"]: t for t in body["tools"]}
+    assert again[one] == next(t for t in TOOLS if t["function"]["name"] == one)
+    assert all(again[n] == sent[n] for n in named[1:])
+    row = w.drain_rows(3)[2]
+    info = row.payload["pipeline"]["tools"]
+    assert row.tool_retries == 1 and info["stub_call"] == one
+    assert info["named"] == named[1:] and one not in info["stubbed"]
+    assert row.tool_tokens + row.tool_tokens_saved == _full_tokens(TOOLS)
+
+
 def test_with_tool_retrieval_full_the_other_best_scored_go_as_stubs(
         app, gateway, fake_replicas, frontier):
     policy = {**STUB_POLICY, "tool_retrieval_k": 3, "tool_retrieval_full": 1,
