@@ -117,6 +117,20 @@ def test_forced_calls_are_valid_even_from_a_random_model(tool_engine):
     assert len(_calls(single)) == 1
 
 
+def test_a_tool_sent_by_name_alone_is_called_with_no_arguments(tool_engine):
+    # tool retrieval's name tier sends {"name": ...} without parameters (optional in
+    # OpenAI's and vLLM's function definitions): the engine takes it as a function of no
+    # parameters, and the gateway retries a call its full schema rejects
+    bare = {"type": "function", "function": {"name": "get_time"}}
+    named = tool_engine.chat("hi", tools=[WEATHER, bare], max_tokens=60,
+                             tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert _calls(named) == [("get_time", {})]
+    required = tool_engine.chat("hi", tools=[WEATHER, bare], tool_choice="required",
+                                max_tokens=120, seed=3, temperature=1.0)
+    calls = _calls(required)
+    assert calls and all(args == {} for n, args in calls if n == "get_time")
+
+
 def test_streamed_forced_call_matches_the_unstreamed_one(tool_engine):
     kw = {"tools": [WEATHER, CLOCK], "tool_choice": "required", "max_tokens": 80}
     whole = _calls(tool_engine.chat("hi", **kw))
