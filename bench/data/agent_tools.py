@@ -626,3 +626,51 @@ HELDOUT_7 = [
     "Some lo-fi beats in the study, please.",
     "Look up online when the Apple WWDC keynote is and remind me that morning.",
 ]
+
+# Day 10, written on 2026-12-06 (session 40) after day 9's first run and before the change
+# it suggested (a tool sent by name brings its lookup by name) and before any selector ran
+# on it: its first run is the held-out figure for that change.
+HELDOUT_8 = [
+    "Is there snow in the forecast for Denver through Sunday?",
+    "Tell me the temperature and wind in Cape Town right now.",
+    "What's the clock saying in Dubai?",
+    "Our partner call is 11am London time on Thursday. What time is that in Chicago?",
+    "When is golden hour in Santorini tomorrow? I need the sunset time.",
+    "Find the 2027 budget spreadsheet in the drive and email it to cfo@acme.com, subject "
+    "'Budget'.",
+    "My accountant mailed me about last year's tax return. Could you find that email and "
+    "read it to me?",
+    "Drop a note in #design on Slack: new mockups are in Figma.",
+    "Text +16175550199 that dinner is pushed to 8.",
+    "Find a slot next week when Omar, Priyanka and I are all free for an hour and book it.",
+    "What have I got on Wednesday afternoon?",
+    "New task: 'update the on-call runbook', due end of month, medium priority.",
+    "Remind me in two hours to stretch.",
+    "Cheapest nonstop from Atlanta to Seattle on April 2, and book it for me.",
+    "I'll be in Barcelona from May 10 to 13; find a hotel near the beach and book it.",
+    "Is Lufthansa LH 400 to New York delayed?",
+    "Quote for Tesla shares, please.",
+    "How many Canadian dollars is 1,000 euros?",
+    "How much cash is in the marketing account?",
+    "Raise an invoice to Gringotts Bank for 60 hours of audit support, due in 15 days.",
+    "Which transactions went to Salesforce from the main account in January?",
+    "Open the CRM profile for Sirius Cybernetics and show me everything.",
+    "Mark the Blue Sun deal as 'won'.",
+    "Record a call with Tyrell Corp: they asked for volume pricing.",
+    "Monsters Inc can't reset passwords; file a P1 support ticket for them.",
+    "Share the Q4 OKR doc from the drive with leads@acme.com.",
+    "Boil down the remote work policy on the drive to five bullets.",
+    "Make a new document called 'Offsite agenda' with a section for each day.",
+    "Why is the email-sender service failing? Give me its status and recent logs.",
+    "Show me every incident that hasn't been resolved yet.",
+    "The geo-lookup service in us-west-2 is hung; restart it and check it's back.",
+    "Log a bug in acme/api on GitHub: pagination returns duplicates.",
+    "Order a pack of 100 sticky notes, under $10.",
+    "Where's my package with tracking 9400111899223847565431?",
+    "Reserve a table for three at a sushi bar near the Ferry Building at 7:30 on Friday.",
+    "What's in the news about the chip shortage today?",
+    "Put 'the invoice is attached' into Portuguese.",
+    "What's 12% of 4,750?",
+    "Play some Bach cello suites in the kitchen.",
+    "Search the internet for the next SpaceX launch date and set a reminder for that day.",
+]
