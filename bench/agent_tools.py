@@ -30,7 +30,9 @@ out from it (day 6 not run until that round was fixed); day 7 (``HELDOUT_5``) an
 (``HELDOUT_6``), written and committed before the fourth round and not run until it was
 fixed, held out from it (chosen on days 1-6): the held-out figures; day 9 (``HELDOUT_7``),
 written and committed before the fifth round (the name-only tier, chosen on days 1-8) and
-not run until it was fixed.
+not run until it was fixed; day 10 (``HELDOUT_8``), written and committed after day 9's
+first run and before the change its miss suggested (a named tool's lookup by name), not
+run until that was fixed.
 
 Per arm it prints prompt tokens per turn, tool-definition tokens per turn (SmolLM2
 tokenizer, counted as the ledger counts them), the engine's prefix-cache hit rate (its
@@ -195,7 +197,7 @@ def main() -> int:
         return plan, need, hit, misses
 
     from bench.data.agent_tools import HELDOUT, HELDOUT_2, HELDOUT_3, HELDOUT_4, HELDOUT_5, \
-        HELDOUT_6, HELDOUT_7, PARAPHRASES
+        HELDOUT_6, HELDOUT_7, HELDOUT_8, PARAPHRASES
 
     def copy(memory):
         out = WorkflowMemory()
@@ -235,6 +237,10 @@ def main() -> int:
     plan9, need9, hit9, misses9 = replay(day9, copy(day1_memory))
     named_9 = by_name[0]
     _, need9c, hit9c, _ = replay(day9, WorkflowMemory())
+    day10 = [(HELDOUT_8[i], calls) for i, (_, calls) in enumerate(tasks)]
+    plan10, need10, hit10, misses10 = replay(day10, copy(day1_memory))
+    named_10 = by_name[0]
+    _, need10c, hit10c, _ = replay(day10, WorkflowMemory())
     print(f"\nretrieval recall, day 1 (the workflow's first {len(tasks)} tasks, memory "
           f"empty at the start, learning as they run): {hit1}/{need1} = "
           f"{100 * hit1 / need1:.1f}%")
@@ -267,14 +273,22 @@ def main() -> int:
           f"choice (memory of day 1): {hit9}/{need9} = {100 * hit9 / need9:.1f}%")
     print(f"retrieval recall, day 9, memory empty: {hit9c}/{need9c} = "
           f"{100 * hit9c / need9c:.1f}%")
+    print(f"retrieval recall, day 10, written after day 9's first run and held out from the "
+          f"change it suggested (memory of day 1): {hit10}/{need10} = "
+          f"{100 * hit10 / need10:.1f}%")
+    print(f"retrieval recall, day 10, memory empty: {hit10c}/{need10c} = "
+          f"{100 * hit10c / need10c:.1f}%")
     h18 = hit1 + hit + hit3 + hit4 + hit5 + hit6 + hit7 + hit8
     n18 = need1 + need + need3 + need4 + need5 + need6 + need7 + need8
     print(f"retrieval recall, days 1-8 (memory of day 1 from day 2 on): {h18}/{n18} = "
           f"{100 * h18 / n18:.1f}%, of which {named_1_8} sent by name alone (in full or as "
-          f"stubs: {100 * (h18 - named_1_8) / n18:.1f}%); day 9: {named_9} by name alone")
+          f"stubs: {100 * (h18 - named_1_8) / n18:.1f}%); by name alone day 9: {named_9}, "
+          f"day 10: {named_10}")
+    h, n = h18 + hit9 + hit10, n18 + need9 + need10
+    print(f"retrieval recall, days 1-10: {h}/{n} = {100 * h / n:.1f}%")
     for day, missed in (("day 1", misses1), ("day 3", misses3), ("day 4", misses4),
                         ("day 5", misses5), ("day 6", misses6), ("day 7", misses7),
-                        ("day 8", misses8), ("day 9", misses9)):
+                        ("day 8", misses8), ("day 9", misses9), ("day 10", misses10)):
         for request, needed, sent, rank in missed:
             print(f"  {day} missed {needed} (scored {rank}th) for {request!r}: sent {sent}")
     for request, needed, sent, rank in misses:
@@ -298,7 +312,7 @@ def main() -> int:
           f"{100 * (1 - avg_sent / full_tokens):.1f}% fewer")
     for label, p in (("day 5", plan5), ("day 6", plan6), ("days 5 and 6", plan5 + plan6),
                      ("day 7", plan7), ("day 8", plan8), ("days 7 and 8", plan7 + plan8),
-                     ("day 9", plan9)):
+                     ("day 9", plan9), ("day 10", plan10)):
         toks = [_tokens(sel.sent, counter) for _, _, sel, _ in p]
         avg = sum(toks) / len(toks)
         print(f"tool-definition tokens per turn, {label} (held out): retrieval {avg:.0f} = "

@@ -35,8 +35,9 @@ gateway's ``tool_retrieval``).
 Past the stubs, ``by_name`` more of the best scored go by name alone (``name_definition``:
 ``{"name": ...}``, no description or parameters; ~16 tokens here against ~69 for a stub and
 ~118 in full). The name is often what tells the model which tool a request needs when the
-embedding missed it ("HR sent me something" -> ``search_emails``); a call to one whose
-arguments the full schema rejects is retried with the full definition, as for a stub.
+embedding missed it ("HR sent me something" -> ``search_emails``); their lookups go by
+name too. A call to one whose arguments the full schema rejects is retried with the full
+definition, as for a stub.
 
 They go out in canonical order (by name), stubs among the full ones, so a conversation
 whose selection does not change sends byte-identical tool blocks turn after turn and the
@@ -432,11 +433,16 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     for name in stubbed:
         if reasons.get(name) != "called":
             reasons[name] = "stub"
-    # by name alone: the next best scored past the stubs (never their lookups: a named
-    # tool the model calls is retried with its full definition, and the lookup's name may
-    # itself be among these)
+    # by name alone: the next best scored past the stubs, and their lookups by name too
+    # (summarize_document went by name without search_drive, whose ids it takes: day 9
+    # of bench/results/agent_tools.txt)
     named = [names[i] for i in ranked if names[i] not in picked and names[i] not in stubbed
              and reasons.get(names[i]) in (None, "called")][:max(0, by_name)]
+    for n in list(named):
+        for pre in prerequisite.get(n) or ():
+            if pre in names and pre not in reasons and pre not in stubbed \
+                    and pre not in named:
+                named.append(pre)
     for name in named:
         if reasons.get(name) != "called":
             reasons[name] = "name"

@@ -229,3 +229,16 @@ def test_past_the_stubs_the_next_best_scored_go_by_name_alone():
                          k=1, pinned=[], stubs=1, by_name=2, similarity=sims)
     assert chose.reasons["beta"] == "choice" and chose.named == ["alpha", "gamma"]
     assert {t["function"]["name"]: t for t in chose.sent}["beta"] == TOOLS[3]
+
+
+def test_a_tool_sent_by_name_brings_its_lookup_by_name():
+    from app.core.tool_select import prerequisites
+    names = [t["function"]["name"] for t in CATALOGUE]
+    sims = [0.0] * len(CATALOGUE)
+    sims[names.index("get_weather")] = 0.9
+    sims[names.index("read_email")] = 0.5
+    sel = select_tools(CATALOGUE, [], "auto", k=1, pinned=[], similarity=sims,
+                       prerequisite=prerequisites(CATALOGUE), by_name=1)
+    assert sel.reasons == {"get_weather": "similar", "read_email": "name",
+                           "search_emails": "name"}
+    assert sel.named == sel.stubbed == ["read_email", "search_emails"]
