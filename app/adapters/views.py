@@ -13,7 +13,7 @@ from app.adapters import rollout, service, states
 from app.adapters.models import Adapter
 from app.api.views import api_auth, body
 from app.console.assets import plotly_js_response
-from app.errors import NotFound, ServiceError, ValidationError
+from app.errors import Forbidden, NotFound, ServiceError, ValidationError
 from app.extensions import db
 from app.models_base import row_id
 
@@ -61,6 +61,8 @@ def train_workflow(user, tenant_id: int, workflow: str, *,
     """Request the training of the tenant's workflow named or signed ``workflow`` (a
     refusal rolls back, releasing the tenant row request_training locked)."""
     from app.adapters import training
+    if not user.can("adapter.train", tenant_id):   # before saying which workflows exist
+        raise Forbidden(f"your role ({user.role}) may not train adapters for this tenant")
     try:
         return training.request_training(user, tenant_id, workflow_signature(tenant_id, workflow),
                                           hyperparams=hyperparams)
@@ -71,7 +73,9 @@ def train_workflow(user, tenant_id: int, workflow: str, *,
 
 def workflow_signature(tenant_id: int, given: str) -> str:
     """The signature of the tenant's workflow whose signature or name (any case) is
-    ``given``; an unknown text is taken as a signature as it is."""
+    ``given``; a text that is neither is taken as a signature when the tenant has traces
+    under it (a workflow the ledger has not drained yet), else a ValidationError."""
+    from app.adapters.models import AdapterTrace
     from app.workflows.models import Workflow
     given = (given or "").strip()
     if not given:
@@ -80,7 +84,15 @@ def workflow_signature(tenant_id: int, given: str) -> str:
         Workflow.tenant_id == tenant_id,
         db.or_(Workflow.signature == given, db.func.lower(Workflow.name) == given.lower())))
     found = sorted(rows, key=lambda w: w.signature != given)
-    return found[0].signature if found else given
+    if found:
+        return found[0].signature
+    if db.session.scalar(db.select(AdapterTrace.id).where(
+            AdapterTrace.tenant_id == tenant_id, AdapterTrace.workflow == given).limit(1)):
+        return given
+    raise ValidationError(f"tenant {tenant_id} has no workflow {given!r} (neither a "
+                          f"workflow's signature nor its name, and no traces under it)",
+                          {"workflow": ["no workflow of this tenant has this name or "
+                                        "signature"]})
 
 
 def parse_state(raw: str | None) -> str | None:

@@ -86,6 +86,8 @@ def test_train_queues_a_training_for_the_named_user(app, trainable):
     bad = _cli(app, "train", "--tenant", tenant.id, "--workflow", "x", "--as", ops.email,
                "--hyperparams", "{rank")
     assert bad.exit_code == 2 and "--hyperparams" in bad.output
+    unknown = _cli(app, "train", "--tenant", tenant.id, "--workflow", "nope", "--as", ops.email)
+    assert unknown.exit_code == 1 and "has no workflow 'nope'" in unknown.output
     approver = UserFactory(role="approver")
     refused = _cli(app, "train", "--tenant", tenant.id, "--workflow", "x",
                    "--as", approver.email)

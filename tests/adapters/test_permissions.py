@@ -187,7 +187,7 @@ def _expected(role: str, scoped: bool, own: bool) -> dict[str, int]:
             "approve": may(APPROVERS, 302), "rollback": may(ROLLBACKERS, 302),
             "retire": may(TRAINERS, 302), "cancel": may(TRAINERS, 302),
             "train": may(TRAINERS, 302), "api_approve": may(APPROVERS, 200),
-            "api_train": may(TRAINERS, 422)}   # 422: the workflow has no traces
+            "api_train": may(TRAINERS, 422)}   # 422: the tenant has no such workflow
 
 
 def _walk(web, client, hdr, make_adapter, tenant) -> dict[str, int]:
