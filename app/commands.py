@@ -30,6 +30,7 @@ def seed_catalog(*, pool_port: int = 8510, frontier_url: str = "http://127.0.0.1
     from app.catalog.models import Pool, Tier
     from app.catalog.service import sync_replica_rows
     from app.policies.models import Policy
+    from workers.pools.vllm_cmd import KV_EVENTS_BASE
 
     made: list[str] = []
     if db.session.scalar(db.select(Tier).limit(1)) is not None:
@@ -37,9 +38,13 @@ def seed_catalog(*, pool_port: int = 8510, frontier_url: str = "http://127.0.0.1
     pools = {}
     for i, (name, port) in enumerate((("tier1-small", pool_port),
                                       ("tier2-large", pool_port + 10))):
+        # the engines publish their KV-cache events (vLLM's --kv-events-config), so the
+        # node's subscriber keeps the block index and a tenant on replica_choice kv_events
+        # routes on it: a PUB and a replay port per replica, 10 apart between the pools
         pool = Pool(name=name, node=node, engine="reference", model="smollm2",
                     served_model_name=name, desired_replicas=1, base_port=port,
-                    gpu_type="L40S" if i == 0 else "H100", options={})
+                    gpu_type="L40S" if i == 0 else "H100",
+                    options={"kv_events": {"port": KV_EVENTS_BASE + 10 * i}})
         db.session.add(pool)
         db.session.flush()
         sync_replica_rows(pool)

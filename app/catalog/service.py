@@ -220,9 +220,34 @@ def _clean_pool(data: dict, current: Pool | None) -> dict:
         other = db.session.scalar(db.select(Pool).where(Pool.name == clean["name"]))
         if other is not None and other is not current:
             raise Conflict("another pool has this name", {"name": ["is already taken"]})
+        clash = _port_clash(clean, current)
+        if clash:
+            raise Conflict("a port of this pool is taken on its node", clash)
     if errors:
         raise ValidationError("invalid pool", errors)
     return clean
+
+
+def _port_clash(clean: dict, current: Pool | None) -> dict[str, list[str]]:
+    """Errors (on base_port, or on options when a KV-event or side-channel port clashes)
+    when a port this pool's replicas would bind on its node is one another pool's bind
+    there (``vllm_cmd.node_ports``): the second engine would fail to start, or two
+    engines' KV events would mix on one socket."""
+    from workers.pools.vllm_cmd import node_ports
+    mine = node_ports(clean)
+    others = db.session.scalars(db.select(Pool).where(Pool.node == clean["node"]))
+    for other in others:
+        if current is not None and other.id == current.id:
+            continue
+        theirs = node_ports(other.to_dict())
+        shared = sorted(set(mine) & set(theirs))
+        if shared:
+            port = shared[0]
+            field = "base_port" if mine[port].endswith("HTTP") else "options"
+            return {field: [f"port {port} ({mine[port]}) is pool {other.name}'s "
+                            f"{theirs[port]} on node {clean['node']}"
+                            + (f", and {len(shared) - 1} more" if len(shared) > 1 else "")]}
+    return {}
 
 
 def save_pool(user, data: dict, pool_id: int | None = None) -> Pool:

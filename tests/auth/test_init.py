@@ -35,6 +35,13 @@ def test_init_creates_admin_and_tiers_then_admin_sees_them(runner, app, client):
             ["tier.create", "pool.create", "policy.create"]))))
     assert seeded == sorted([("tier.create", "system")] * 3 + [("pool.create", "system")] * 2
                             + [("policy.create", "system")])
+    # the seeded engines publish KV events, each pool on ports of its own
+    from app.catalog.models import Pool
+    from workers.pools.vllm_cmd import node_ports
+    pools = db.session.scalars(db.select(Pool).order_by(Pool.name)).all()
+    ports = [node_ports(p.to_dict()) for p in pools]
+    assert all(p.options.get("kv_events") for p in pools) and len(ports) == 2
+    assert not set(ports[0]) & set(ports[1]) and len(ports[0]) == len(ports[1]) == 3
     again = _init(runner, GOOD)
     assert again.exit_code == 0 and "an admin already exists" in again.output
     assert db.session.scalar(db.select(db.func.count(Tier.id))) == 3

@@ -66,3 +66,32 @@ def test_pool_create_with_options_json_and_desired_replicas(client, admin):
     row = db.session.scalar(db.select(AuditLog).where(AuditLog.action == "pool.update"))
     assert row.before["desired_replicas"] == 2 and row.after["desired_replicas"] == 1
     assert "gpu-b" in client.get("/catalog/pools").get_data(as_text=True)
+
+
+def test_a_pool_whose_ports_another_pool_binds_on_its_node_is_refused(client, admin):
+    data = {"name": "gpu-a", "node": "local", "engine": "reference", "model": "smollm2",
+            "served_model_name": "", "options": '{"kv_events": true}',
+            "desired_replicas": "2", "base_port": "8600", "gpu_type": "",
+            "gpus_per_replica": "0", "capacity_weight": "1"}
+    assert submit(client, "/catalog/pools/new", data).status_code == 302
+    # KV events on a second pool of the node: replica 0's PUB port would be gpu-a's
+    second = {**data, "name": "gpu-b", "base_port": "8700"}
+    resp = submit(client, "/catalog/pools/new", second)
+    assert resp.status_code == 409
+    assert ("port 5557 (replica 0 KV events) is pool gpu-a&#39;s replica 0 KV events on "
+            "node local, and 3 more") in resp.get_data(as_text=True)
+    assert submit(client, "/catalog/pools/new",
+                  {**second, "options": '{"kv_events": {"port": 5567}}'}).status_code == 302
+    # an HTTP port inside gpu-a's range
+    third = {**data, "name": "gpu-c", "base_port": "8601", "options": "{}"}
+    resp = submit(client, "/catalog/pools/new", third)
+    assert resp.status_code == 409
+    assert "port 8601 (replica 0 HTTP) is pool gpu-a&#39;s replica 1 HTTP" in \
+        resp.get_data(as_text=True)
+    # another node binds its own ports; a pool never clashes with itself
+    assert submit(client, "/catalog/pools/new",
+                  {**third, "node": "gpu-node-2"}).status_code == 302
+    pool = db.session.scalar(db.select(Pool).where(Pool.name == "gpu-a"))
+    assert submit(client, f"/catalog/pools/{pool.id}/edit",
+                  {**data, "desired_replicas": "1"}).status_code == 302
+    assert len(db.session.scalars(db.select(Pool)).all()) == 3

@@ -38,7 +38,7 @@ def test_subscriber_is_supervised_per_node_and_follows_replica_health(app, redis
     try:
         assert driver.kv_event_sources(node) == [{
             "id": rep.id, "endpoint": f"tcp://127.0.0.1:{port}",
-            "replay": "tcp://127.0.0.1:5657", "topic": "kv@tiny-0"}]
+            "replay": f"tcp://127.0.0.1:{port + 100}", "topic": "kv@tiny-0"}]
         assert driver.kv_index_node(node) == "started"
         assert driver.kv_index_node(node) == "running"
         time.sleep(0.5)                                   # the SUB socket joins

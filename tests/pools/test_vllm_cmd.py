@@ -159,3 +159,23 @@ def test_reference_engine_publishes_kv_events_like_vllm():
         "endpoint": "tcp://10.0.0.5:5559", "replay": "tcp://10.0.0.5:5659",
         "topic": "kv@smollm2-135m-instruct-2"}
     assert kv_event_endpoints({**pool, "options": {}}, 2, "10.0.0.5") == {}
+
+
+def test_every_replica_binds_kv_ports_of_its_own_and_node_ports_lists_them():
+    from workers.pools.vllm_cmd import kv_events_config, node_ports
+    pool = {"name": "p", "engine": "reference", "model": "smollm2", "base_port": 8500,
+            "desired_replicas": 2, "options": {"kv_events": True}}
+    assert node_ports(pool) == {
+        8500: "replica 0 HTTP", 5557: "replica 0 KV events", 5657: "replica 0 KV replay",
+        8501: "replica 1 HTTP", 5558: "replica 1 KV events", 5658: "replica 1 KV replay"}
+    # a second pool on the node moves its range with kv_events.port
+    moved = {**pool, "base_port": 8510, "options": {"kv_events": {"port": 5567}}}
+    assert set(node_ports(moved)) == {8510, 8511, 5567, 5568, 5667, 5668}
+    # an explicit endpoint is replica 0's: replica 1 binds the next port (it bound the
+    # same one, and the second engine's PUB socket failed)
+    explicit = {**pool, "options": {"kv_events": {"endpoint": "tcp://*:7000"}}}
+    assert [(c["endpoint"], c["replay_endpoint"]) for c in
+            (kv_events_config(explicit, i) for i in range(2))] == [
+        ("tcp://*:7000", "tcp://*:7100"), ("tcp://*:7001", "tcp://*:7101")]
+    assert set(node_ports({**pool, "options": {}})) == {8500, 8501}
+    assert validate_options({"kv_events": {"port": 80}}, "reference") != {}

@@ -109,7 +109,7 @@ def _lora_modules(v: Any) -> str | None:
 def _kv_events(v: Any) -> str | None:
     if isinstance(v, bool):
         return None
-    return _object({"endpoint": _path, "topic": _path,
+    return _object({"endpoint": _path, "topic": _path, "port": _int(1024, 65000),
                     "publisher": _choice(("zmq", "null"))})(v)
 
 

@@ -26,14 +26,16 @@ options can load code into an engine.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, Mapping
 
 from workers.pools import engine_options
 
 NIXL_SIDE_CHANNEL_BASE = 5600
-KV_EVENTS_BASE = 5557          # PUB socket of replica i: KV_EVENTS_BASE + i
-KV_EVENTS_REPLAY_BASE = 5657   # ROUTER socket answering replay requests: + i
+KV_EVENTS_BASE = 5557          # PUB socket of replica i: (kv_events.port or this) + i
+KV_EVENTS_REPLAY_SHIFT = 100   # ROUTER socket answering replay requests: its PUB port + 100
+_TCP_PORT = re.compile(r"^(tcp://[^/]*:)(\d+)$")
 
 
 def _json(value: Any) -> str:
@@ -187,10 +189,43 @@ def kv_events_config(pool: Mapping[str, Any], index: int) -> dict[str, Any]:
     replica, so a subscriber that sees a sequence gap asks for the missed batches."""
     events = (pool.get("options") or {}).get("kv_events")
     cfg = dict(events) if isinstance(events, Mapping) else {}
+    pub = int(cfg.get("port", KV_EVENTS_BASE)) + index
+    endpoint = cfg.get("endpoint")
+    if endpoint is None:
+        endpoint = f"tcp://*:{pub}"
+    else:   # an explicit endpoint is replica 0's: replica i's port is i more
+        m = _TCP_PORT.match(str(endpoint))
+        if m:
+            pub = int(m.group(2)) + index
+            endpoint = f"{m.group(1)}{pub}"
+        elif index:
+            endpoint = f"{endpoint}-{index}"
     return {"enable_kv_cache_events": True, "publisher": cfg.get("publisher", "zmq"),
-            "endpoint": cfg.get("endpoint", f"tcp://*:{KV_EVENTS_BASE + index}"),
-            "replay_endpoint": f"tcp://*:{KV_EVENTS_REPLAY_BASE + index}",
+            "endpoint": endpoint,
+            "replay_endpoint": f"tcp://*:{pub + KV_EVENTS_REPLAY_SHIFT}",
             "topic": cfg.get("topic", f"kv@{_served_name(pool)}-{index}")}
+
+
+def node_ports(pool: Mapping[str, Any], replicas: int | None = None) -> dict[int, str]:
+    """The TCP ports a pool's replicas bind on their node, each with what it is for: the
+    HTTP port of each, and with ``kv_events`` its PUB and replay sockets, with a P/D
+    connector its NIXL side channel. Two pools on one node must not share any."""
+    n = int(pool.get("desired_replicas", 1) if replicas is None else replicas)
+    o = pool.get("options") or {}
+    out: dict[int, str] = {}
+    for i in range(n):
+        out[replica_port(pool, i)] = f"replica {i} HTTP"
+        if o.get("kv_events"):
+            cfg = kv_events_config(pool, i)
+            for key, what in (("endpoint", "KV events"), ("replay_endpoint", "KV replay")):
+                m = _TCP_PORT.match(str(cfg[key]))
+                if m:
+                    out[int(m.group(2))] = f"replica {i} {what}"
+        pd = o.get("disaggregation")
+        if isinstance(pd, Mapping) and pool.get("engine", "vllm") == "vllm":
+            out[int(pd.get("side_channel_port", NIXL_SIDE_CHANNEL_BASE)) + i] = \
+                f"replica {i} NIXL side channel"
+    return out
 
 
 def kv_event_endpoints(pool: Mapping[str, Any], index: int, host: str) -> dict[str, str]:
