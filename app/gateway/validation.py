@@ -1,6 +1,7 @@
 """Checks on a chat completion body, each failure naming its field (OpenAI ``param``)."""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -80,6 +81,69 @@ def _check_parts(parts: list, where: str) -> None:
                               f"{at}.text", "invalid_type")
 
 
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _check_tools(body: dict[str, Any]) -> None:
+    """``tools`` and ``tool_choice`` as OpenAI checks them: an array of function tools,
+    each named by ``^[a-zA-Z0-9_-]{1,64}$`` (once) with object ``parameters``; a
+    ``tool_choice`` of none/auto/required or naming a declared function (required or a
+    name only with ``tools``). Before, a nameless or misnamed tool went on to retrieval and the engine."""
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise bad_request("Invalid type for 'tools': expected an array of tools.",
+                              "tools", "invalid_type")
+        seen: set[str] = set()
+        for i, tool in enumerate(tools):
+            at = f"tools[{i}]"
+            if not isinstance(tool, dict) or tool.get("type") != "function" \
+                    or not isinstance(tool.get("function"), dict):
+                raise bad_request(f"Invalid '{at}': expected an object with type 'function' "
+                                  "and a 'function' object.", at, "invalid_type")
+            fn = tool["function"]
+            name = fn.get("name")
+            if not isinstance(name, str) or not _TOOL_NAME.match(name):
+                raise bad_request(f"Invalid '{at}.function.name': {name!r} does not match "
+                                  "the pattern '^[a-zA-Z0-9_-]{1,64}$'.",
+                                  f"{at}.function.name", "invalid_value")
+            if name in seen:
+                raise bad_request(f"Invalid '{at}.function.name': {name!r} is declared "
+                                  "twice; tool names must be unique.",
+                                  f"{at}.function.name", "invalid_value")
+            seen.add(name)
+            if fn.get("parameters") is not None and not isinstance(fn["parameters"], dict):
+                raise bad_request(f"Invalid type for '{at}.function.parameters': expected "
+                                  "a JSON schema object.", f"{at}.function.parameters",
+                                  "invalid_type")
+            if fn.get("description") is not None and not isinstance(fn["description"], str):
+                raise bad_request(f"Invalid type for '{at}.function.description': expected "
+                                  "a string.", f"{at}.function.description", "invalid_type")
+    if choice is None:
+        return
+    if isinstance(choice, str):
+        if choice not in ("none", "auto", "required"):
+            raise bad_request(f"Invalid value for 'tool_choice': {choice!r}; expected none, "
+                              "auto, required or a named function.", "tool_choice",
+                              "invalid_value")
+    elif not (isinstance(choice, dict) and choice.get("type") == "function"
+              and isinstance(choice.get("function"), dict)
+              and isinstance(choice["function"].get("name"), str)):
+        raise bad_request("Invalid 'tool_choice': expected none, auto, required or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                          "tool_choice", "invalid_type")
+    if not tools:
+        if choice in ("none", "auto"):   # nothing to choose from: as without tool_choice
+            return
+        raise bad_request("Invalid value for 'tool_choice': 'tool_choice' is only allowed "
+                          "when 'tools' are specified.", "tool_choice", "invalid_value")
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        if name not in {t["function"]["name"] for t in tools}:
+            raise bad_request(f"Invalid value for 'tool_choice': function {name!r} is not "
+                              "among 'tools'.", "tool_choice", "invalid_value")
+
+
 def _depth(value: Any, limit: int) -> int:
     """Nesting depth of a JSON value, counting no further than ``limit`` + 1."""
     stack, deepest = [(value, 1)], 0
@@ -148,3 +212,4 @@ def check_chat_body(body: dict[str, Any], max_tokens_cap: int) -> None:
         if body.get(name) is not None and _depth(body[name], MAX_DEPTH) > MAX_DEPTH:
             raise bad_request(f"Invalid '{name}': nested deeper than {MAX_DEPTH} levels.",
                               name, "invalid_value")
+    _check_tools(body)

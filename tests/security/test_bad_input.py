@@ -30,6 +30,28 @@ BAD_BODIES = [
     ("tools", {"messages": [{"role": "user", "content": "hi"}],
                "tools": [{"type": "function", "function": {"name": "f",
                                                             "parameters": _deep(300)}}]}),
+    # tools and tool_choice as OpenAI checks them (they reached retrieval and the engine)
+    ("tools", {"messages": [{"role": "user", "content": "hi"}], "tools": {"f": 1}}),
+    ("tools[0]", {"messages": [{"role": "user", "content": "hi"}],
+                  "tools": [{"type": "function", "name": "f"}]}),
+    ("tools[0].function.name", {"messages": [{"role": "user", "content": "hi"}],
+                                "tools": [{"type": "function", "function": {}}]}),
+    ("tools[0].function.name", {"messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "get weather"}}]}),
+    ("tools[1].function.name", {"messages": [{"role": "user", "content": "hi"}], "tools": [
+        {"type": "function", "function": {"name": "f"}},
+        {"type": "function", "function": {"name": "f"}}]}),
+    ("tools[0].function.parameters", {"messages": [{"role": "user", "content": "hi"}],
+                                      "tools": [{"type": "function", "function": {
+                                          "name": "f", "parameters": "{}"}}]}),
+    ("tool_choice", {"messages": [{"role": "user", "content": "hi"}],
+                     "tools": [{"type": "function", "function": {"name": "f"}}],
+                     "tool_choice": "always"}),
+    ("tool_choice", {"messages": [{"role": "user", "content": "hi"}],
+                     "tools": [{"type": "function", "function": {"name": "f"}}],
+                     "tool_choice": {"type": "function", "function": {"name": "g"}}}),
+    ("tool_choice", {"messages": [{"role": "user", "content": "hi"}],
+                     "tool_choice": "required"}),
 ]
 
 
