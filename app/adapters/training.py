@@ -146,6 +146,12 @@ def _new_adapter(user, tenant_id: int, workflow: str, hp: dict[str, Any], pool,
     return adapter
 
 
+def require_train(user, tenant_id: int) -> None:
+    """Forbidden unless ``user`` may train adapters for the tenant."""
+    if not user.can("adapter.train", tenant_id):
+        raise Forbidden(f"your role ({user.role}) may not train adapters for this tenant")
+
+
 def request_training(user, tenant_id: int, workflow: str, *,
                      hyperparams: dict[str, Any] | None = None,
                      heldout_fraction: float = 0.2, retrain_of: Adapter | None = None,
@@ -160,8 +166,7 @@ def request_training(user, tenant_id: int, workflow: str, *,
     from app.contract.policy import form_of
     from app.policies.service import effective_policy
     from app.tenants.models import Tenant
-    if not user.can("adapter.train", tenant_id):
-        raise Forbidden(f"your role ({user.role}) may not train adapters for this tenant")
+    require_train(user, tenant_id)
     # Serializes requests of one tenant (the in-flight check below is then race-free).
     if db.session.scalar(db.select(Tenant).where(Tenant.id == tenant_id)
                          .with_for_update()) is None:

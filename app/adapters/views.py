@@ -13,7 +13,7 @@ from app.adapters import rollout, service, states
 from app.adapters.models import Adapter
 from app.api.views import api_auth, body
 from app.console.assets import plotly_js_response
-from app.errors import Forbidden, NotFound, ServiceError, ValidationError
+from app.errors import NotFound, ServiceError, ValidationError
 from app.extensions import db
 from app.models_base import row_id
 
@@ -61,8 +61,7 @@ def train_workflow(user, tenant_id: int, workflow: str, *,
     """Request the training of the tenant's workflow named or signed ``workflow`` (a
     refusal rolls back, releasing the tenant row request_training locked)."""
     from app.adapters import training
-    if not user.can("adapter.train", tenant_id):   # before saying which workflows exist
-        raise Forbidden(f"your role ({user.role}) may not train adapters for this tenant")
+    training.require_train(user, tenant_id)   # before saying which workflows exist
     try:
         return training.request_training(user, tenant_id, workflow_signature(tenant_id, workflow),
                                           hyperparams=hyperparams)

@@ -348,6 +348,16 @@ def co_called_counts(memory: Iterable[tuple[Any, Sequence[str]]]
     return out
 
 
+def _add_lookups(chosen: list[str], prerequisite: Mapping[str, Sequence[str]],
+                 names: Sequence[str], *taken: Iterable[str]) -> None:
+    """Appends to ``chosen`` the lookups (``prerequisite``) of the tools it holds that are
+    among ``names`` and neither in it nor in ``taken``, each once."""
+    for n in list(chosen):
+        for pre in prerequisite.get(n) or ():
+            if pre in names and pre not in chosen and not any(pre in t for t in taken):
+                chosen.append(pre)
+
+
 def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[str, Any]],
                  tool_choice: Any, *, k: int, pinned: Iterable[str],
                  similarity: Sequence[float],
@@ -427,8 +437,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
              and reasons.get(names[i]) in (None, "called")][:max(0, stubs)]
     # a stub's lookups go too, as stubs: a stub the model calls needs the id they return
     # (read_email sent as a stub without search_emails could not be used)
-    extra += [pre for n in extra for pre in prerequisite.get(n) or ()
-              if pre in names and pre not in reasons and pre not in extra]
+    _add_lookups(extra, prerequisite, names, reasons)
     stubbed = [n for n in tail + extra if n not in in_full]
     for name in stubbed:
         if reasons.get(name) != "called":
@@ -438,11 +447,7 @@ def select_tools(tools: Sequence[Mapping[str, Any]], messages: Sequence[Mapping[
     # of bench/results/agent_tools.txt)
     named = [names[i] for i in ranked if names[i] not in picked and names[i] not in stubbed
              and reasons.get(names[i]) in (None, "called")][:max(0, by_name)]
-    for n in list(named):
-        for pre in prerequisite.get(n) or ():
-            if pre in names and pre not in reasons and pre not in stubbed \
-                    and pre not in named:
-                named.append(pre)
+    _add_lookups(named, prerequisite, names, reasons, stubbed)
     for name in named:
         if reasons.get(name) != "called":
             reasons[name] = "name"

@@ -242,3 +242,17 @@ def test_a_tool_sent_by_name_brings_its_lookup_by_name():
     assert sel.reasons == {"get_weather": "similar", "read_email": "name",
                            "search_emails": "name"}
     assert sel.named == sel.stubbed == ["read_email", "search_emails"]
+
+
+def test_two_stubs_sharing_a_lookup_list_it_once():
+    names = [t["function"]["name"] for t in CATALOGUE]
+    sims = [0.0] * len(CATALOGUE)
+    sims[names.index("get_weather")] = 0.9
+    sims[names.index("read_email")] = 0.5
+    sims[names.index("send_email")] = 0.4
+    pre = {"read_email": ["search_emails"], "send_email": ["search_emails"]}
+    sel = select_tools(CATALOGUE, [], "auto", k=1, pinned=[], similarity=sims,
+                       prerequisite=pre, stubs=2, by_name=1)
+    assert sel.stubbed.count("search_emails") == 1
+    assert sel.stubbed[:3] == ["read_email", "send_email", "search_emails"]
+    assert sel.reasons["search_emails"] == "stub"

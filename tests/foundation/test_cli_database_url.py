@@ -35,7 +35,7 @@ def _flask(url: str, *args: str) -> subprocess.CompletedProcess:
      "cannot reach the database at postgresql://sluice:***@127.0.0.1:"),
     ("not a url", ("sluice", "stop-engines"), "SLUICE_DATABASE_URL 'not a url' is not usable"),
     ("nosuchdb://x/y", ("db", "upgrade"), "SLUICE_DATABASE_URL 'nosuchdb://x/y' is not usable"),
-])
+], ids=["unreachable-host", "closed-port-password-hidden", "not-a-url", "unknown-scheme"])
 def test_a_bad_database_url_is_one_clear_line(url, args, says):
     out = _flask(url, *args)
     print(args, out.stderr.strip())
