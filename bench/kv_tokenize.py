@@ -4,8 +4,9 @@
 
 The gateway renders the pool model's chat template, tokenizes it (``app.gateway.kv_route.
 PromptTokens``: the text is cut at special tokens and each piece's ids are kept in an LRU)
-and chains the ids into index keys (``app.core.kv_keys.ChainCache``: the keys of recent
-prompts' leading blocks are kept). Timed here, one request after another in one thread,
+and chains the ids into index keys (``app.core.kv_keys.ChainCache``: the step each piece
+took is kept, so only new pieces are hashed; given a whole prompt's ids as one piece, as
+the "hash" column does, it reuses only an exact repeat). Timed here, one request after another in one thread,
 with SmolLM2's tokenizer (the pool model the tests and benches serve), split into
 template render, tokenize and hash (and the hash without the chain cache, for reference):
 

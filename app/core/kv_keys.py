@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from array import array
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Hashable, Iterable, NamedTuple, Sequence
 
 # The index's block granularity, whatever the engine's block size: the subscriber cuts the
@@ -65,75 +65,85 @@ def block_hash_chain(namespace: str, tokens: Sequence[int], block_size: int = KE
     return out
 
 
-class ChainCache:
-    """``block_hash_chain`` at KEY_TOKENS that keeps the chains of recent prompts: a prompt
-    sharing leading blocks with one of them (its tenant's system prompt and tools, its
-    conversation's earlier turns) hashes only the blocks after those. Chains are found by
-    (namespace, first block); up to ``per_start`` per start, ``starts`` starts (LRU)."""
+class _Step:
+    """A chain's state after a run of parts: the keys the last part completed, the last
+    digest, the ids past the last full block, and the steps that follow by next part."""
+    __slots__ = ("keys", "digest", "left", "next", "parent", "part")
 
-    def __init__(self, starts: int = 1024, per_start: int = 4) -> None:
-        self.starts, self.per_start = starts, per_start
-        self._chains: OrderedDict[tuple[str, bytes], list[tuple[bytes, tuple[bytes, ...]]]] = \
-            OrderedDict()
+    def __init__(self, keys: tuple, digest: bytes, left: bytes, parent: "_Step | None",
+                 part: bytes) -> None:
+        self.keys, self.digest, self.left = keys, digest, left
+        self.next: dict[bytes, _Step] = {}
+        self.parent, self.part = parent, part
+
+
+class ChainCache:
+    """``block_hash_chain`` at KEY_TOKENS over a prompt given as its parts (byte strings of
+    uint32 token ids, in order: a tenant's system prompt, its tool block, each earlier turn,
+    the special tokens between them), keeping the step each part took from the chain's
+    state before it (a tree per namespace: a step holds the keys its part completed, the
+    last digest and the ids left over past the last full block). A prompt whose leading
+    parts were seen in that order (its tenant's system prompt and tools, its
+    conversation's earlier turns) costs a dict lookup per part (the parts are the piece
+    cache's own objects, whose hash Python keeps); only its new parts are hashed, and no
+    part is compared or copied whole. The oldest steps go past ``max_bytes`` (the parts
+    they hold, and their keys).
+
+    ``chain(namespace, tokens)`` takes the ids as one part: an exact repeat reuses it."""
+
+    def __init__(self, max_bytes: int = 64 << 20) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._roots: dict[str, _Step] = {}
+        self._made: deque[_Step] = deque()        # every step, oldest first
         self._lock = threading.Lock()
         self.reused = self.hashed = 0
 
     def chain(self, namespace: str, tokens: Sequence[int]) -> list[bytes]:
-        n = len(tokens) // KEY_TOKENS * KEY_TOKENS
-        return self.chain_bytes(namespace, array("I", tokens[:n]).tobytes())
+        return self.chain_parts(namespace, [array("I", tokens).tobytes()])[0]
 
     def chain_bytes(self, namespace: str, ids: bytes) -> list[bytes]:
-        """``chain`` of token ids given as uint32 bytes (a trailing part block is left
-        out, as ``chain`` does)."""
-        step = KEY_TOKENS * 4
-        buf = ids[:len(ids) // step * step]
-        if not buf:
-            return []
-        start = (namespace, buf[:step])
-        with self._lock:
-            known = list(self._chains.get(start, ()))
-        best, shared = None, 0
-        for cand in reversed(known):           # the most recent first
-            if cand[0] == buf:                 # the same prompt again: nothing to hash or store
-                with self._lock:
-                    self.reused += len(cand[1])
-                    if start in self._chains:
-                        self._chains.move_to_end(start)
-                return list(cand[1])
-            if len(cand[0]) <= shared * step:
-                continue
-            if buf.startswith(cand[0]):        # the whole of it: no search, no copies
-                best, shared = cand, len(cand[0]) // step
-            elif cand[0][:(shared + 1) * step] == buf[:(shared + 1) * step]:
-                best, shared = cand, _shared_blocks(cand[0], buf, step, shared + 1)
-        out = list(best[1][:shared]) if best else []
-        prev = out[-1] if out else chain_root(namespace)
-        _steps(prev, buf[shared * step:], out)
-        with self._lock:
-            self.reused += shared
-            self.hashed += len(out) - shared
-            row = self._chains.setdefault(start, [])
-            self._chains.move_to_end(start)
-            # a chain this one extends (the same conversation, one turn on) is replaced
-            row[:] = [c for c in row if not (len(c[0]) <= len(buf)
-                                              and buf.startswith(c[0]))][-(self.per_start - 1):]
-            row.append((buf, tuple(out)))   # kept apart from the list the caller gets
-            while len(self._chains) > self.starts:
-                self._chains.popitem(last=False)
-        return out
+        """``chain`` of token ids given as uint32 bytes."""
+        return self.chain_parts(namespace, [ids])[0]
 
+    def chain_parts(self, namespace: str, parts: Iterable[bytes]) -> tuple[list[bytes], int]:
+        """(the index keys of every full KEY_TOKENS block of the parts joined, the number
+        of token ids in them)."""
+        out: list[bytes] = []
+        n = 0
+        with self._lock:
+            step = self._roots.get(namespace)
+            if step is None:
+                if len(self._roots) > 4096:
+                    self._roots.clear()
+                step = self._roots[namespace] = _Step((), chain_root(namespace), b"", None,
+                                                      b"")
+            for part in parts:
+                n += len(part)
+                got = step.next.get(part)
+                if got is None:
+                    got = self._add(step, part)
+                else:
+                    self.reused += len(got.keys)
+                out += got.keys
+                step = got
+        return out, n // 4
 
-def _shared_blocks(a: bytes, b: bytes, step: int, lo: int = 0) -> int:
-    """Leading blocks of ``step`` bytes that ``a`` and ``b`` share, knowing they share
-    ``lo`` (binary search)."""
-    hi = min(len(a), len(b)) // step
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid * step] == b[:mid * step]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    def _add(self, step: _Step, part: bytes) -> _Step:
+        keys: list[bytes] = []
+        digest, left = _steps(step.digest, step.left + part if step.left else part, keys)
+        new = step.next[part] = _Step(tuple(keys), digest, left, step, part)
+        self.hashed += len(keys)
+        self._made.append(new)
+        self.bytes += len(part) + 48 * len(keys)
+        while self.bytes > self.max_bytes and len(self._made) > 1:
+            old = self._made.popleft()
+            self.bytes -= len(old.part) + 48 * len(old.keys)
+            parent = old.parent
+            if parent is not None and parent.next.get(old.part) is old:
+                del parent.next[old.part]
+            old.parent = None
+        return new
 
 
 class KVEvent(NamedTuple):

@@ -11,9 +11,10 @@ template rendered once with markers, checked against the template), not by runni
 template per request; tokenizing is the costly part, so the rendered text is cut at the
 tokenizer's special tokens (which the tokenizer never merges across) and each piece's ids
 are kept in an LRU: a tenant's system prompt and tool block, and every earlier turn of a
-conversation, are tokenized once per gateway process. The keys of a recent prompt's
-leading blocks are kept too (``ChainCache``), so only the blocks after them are hashed
-(bench/kv_tokenize.py measures all three parts). The tokenizer loads off the event loop on
+conversation, are tokenized once per gateway process. The prompt goes on as those pieces'
+ids, never joined: ``ChainCache`` keeps the step each piece took from the chain's state
+before it, so a prompt costs a dict lookup per known piece and only its new pieces are
+hashed (bench/kv_tokenize.py measures all three parts). The tokenizer loads off the event loop on
 first use; until it is there, and whenever the index is stale or Redis is out, the choice
 is today's rendezvous (telemetry ``replica_choice``: ``fallback``).
 """
@@ -88,14 +89,19 @@ class PromptTokens:
 
     def encode_bytes(self, text: str) -> bytes:
         """``encode(text)`` as uint32 bytes."""
-        if self.split is None:
-            return self._piece(text)
-        specials = self.special_bytes
-        return self._join(specials.get(part, part) for part in self.split.split(text) if part)
+        return b"".join(self.encode_parts(text))
 
-    def _join(self, parts: Iterable[bytes | str]) -> bytes:
-        """The ids of a text given as its pieces, as uint32 bytes: a special token's ids
-        (bytes) as they are, each text piece from the cache, else tokenized."""
+    def encode_parts(self, text: str) -> list[bytes]:
+        """``encode_bytes(text)`` as the ids of its pieces (cut at special tokens)."""
+        if self.split is None:
+            return [self._piece(text)]
+        specials = self.special_bytes
+        return self._parts(specials.get(part, part) for part in self.split.split(text) if part)
+
+    def _parts(self, parts: Iterable[bytes | str]) -> list[bytes]:
+        """The ids of a text given as its pieces, as uint32 bytes per piece: a special
+        token's ids (bytes) as they are, each text piece from the cache (the same object
+        each time, which ``ChainCache`` keys its steps by), else tokenized."""
         out: list[bytes] = []
         pieces, missed = self.pieces, []
         with self.lock:              # one acquire for the cached pieces of the whole text
@@ -113,7 +119,7 @@ class PromptTokens:
                 out.append(ids)
         for at, part in missed:      # tokenized outside the lock
             out[at] = self._piece(part)
-        return b"".join(out)
+        return out
 
     def encode(self, text: str) -> list[int]:
         return array("I", self.encode_bytes(text)).tolist()
@@ -203,8 +209,8 @@ class PromptTokens:
                 return _fill(skel, contents)
         return self.render(messages)
 
-    def plain_bytes(self, messages: list[dict]) -> bytes:
-        """``encode_bytes(render_plain(messages))``: from the shape's piece plan when the
+    def plain_parts(self, messages: list[dict]) -> list[bytes]:
+        """``encode_parts(render_plain(messages))``: from the shape's piece plan when the
         contents hold no special token's first character (each piece's text joined and
         looked up, the render neither built nor searched), else by that render."""
         contents, firsts = [m["content"] for m in messages], self.first_chars
@@ -213,10 +219,10 @@ class PromptTokens:
             shape = tuple(m.get("role") for m in messages)
             plan = self.plans.get(shape) if self._shape(shape) is not None else None
         if plan is None:
-            return self.encode_bytes(self.render_plain(messages))
-        return self._join(item if item.__class__ is bytes else
-                          "".join([p if p.__class__ is str else contents[p] for p in item])
-                          for item in plan)
+            return self.encode_parts(self.render_plain(messages))
+        return self._parts(item if item.__class__ is bytes else
+                           "".join([p if p.__class__ is str else contents[p] for p in item])
+                           for item in plan)
 
     def prompt_ids(self, body: dict) -> list[int]:
         """The engine's prompt ids for a chat body (``Engine.encode_chat``'s plain path)."""
@@ -224,6 +230,11 @@ class PromptTokens:
 
     def prompt_bytes(self, body: dict) -> bytes:
         """``prompt_ids(body)`` as uint32 bytes, as the chain hashes them."""
+        return b"".join(self.prompt_parts(body))
+
+    def prompt_parts(self, body: dict) -> list[bytes]:
+        """``prompt_bytes(body)`` as its pieces' ids (a plain conversation's from its
+        shape's plan: the static prefix and earlier turns are the same objects each time)."""
         messages, plain = [], True
         for m in body.get("messages") or []:
             content = m.get("content")
@@ -234,13 +245,13 @@ class PromptTokens:
             messages.append(m if content is m.get("content") else {**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
-            return self.plain_bytes(messages)
+            return self.plain_parts(messages)
         kwargs = {"tools": tools} if tools else {}
         # the template gets copies: the request's own messages go upstream as they are
         text = self.tok.apply_chat_template([dict(m) for m in messages],
                                             add_generation_prompt=True, tokenize=False,
                                             **kwargs)
-        return self.encode_bytes(text)
+        return self.encode_parts(text)
 
 
 def _fill(skel: tuple[list[str], list[int]], contents: list[str]) -> str:
@@ -349,10 +360,10 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
                   ) -> tuple[list[bytes], int]:
     """(index keys of the blocks the engine would look up for this request, prompt
     tokens). ``adapter``: the LoRA adapter that serves it, None for the base model."""
-    buf = tokens.prompt_bytes(body)
-    n = len(buf) // 4
-    usable = (n - 1) // BLOCK_TOKENS * BLOCK_TOKENS   # the engine's lookup length
-    return tokens.chains.chain_bytes(key_namespace(adapter, salt), buf[:usable * 4]), n
+    chain, n = tokens.chains.chain_parts(key_namespace(adapter, salt), tokens.prompt_parts(body))
+    # the engine looks up (n - 1) // block tokens: the last token is always computed
+    del chain[max(0, (n - 1) // BLOCK_TOKENS):]
+    return chain, n
 
 
 async def route_inputs(services, replica_ids: list, chain: list[bytes],

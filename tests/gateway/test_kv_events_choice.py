@@ -101,7 +101,7 @@ def test_conversations_filled_into_a_role_skeleton_render_as_the_template_does(t
 
 
 def test_prompts_joined_from_a_shapes_pieces_tokenize_as_the_engine_does(tokens):
-    """``plain_bytes`` joins each piece from the shape's plan (no render, no search for
+    """``plain_parts`` gives each piece from the shape's plan (no render, no search for
     special tokens) when no content holds a special token's first character, and renders
     otherwise: the ids are the engine's either way."""
     import random
@@ -117,7 +117,7 @@ def test_prompts_joined_from_a_shapes_pieces_tokenize_as_the_engine_does(tokens)
                 for _ in range(rng.randint(1, 5))]
         want = tok.encode(tok.apply_chat_template(msgs, add_generation_prompt=True,
                                                   tokenize=False), add_special_tokens=False)
-        assert array("I", tokens.plain_bytes(msgs)).tolist() == want, msgs
+        assert array("I", b"".join(tokens.plain_parts(msgs))).tolist() == want, msgs
         fast += not any("<" in m["content"] for m in msgs)
     assert fast > 50
     assert any(p is not None for p in tokens.plans.values())

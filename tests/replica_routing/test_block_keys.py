@@ -125,21 +125,43 @@ def test_other_mediums_and_kv_cache_groups_are_not_followed():
     assert keys.apply([engine.stored(TOKENS[:32] + [7] * 64, 0, 6, group_idx=0)]) == []
 
 
-def test_the_chain_cache_reuses_shared_blocks_and_gives_the_same_keys():
-    cache = ChainCache(starts=2, per_start=2)
-    system = list(range(500, 580))                           # 5 blocks of a tenant
-    prompts = [system + [1] * 20, system + [2] * 40, system + [1] * 20 + [3] * 33,
-               system[:40] + [9] * 50, [7] * 16 + system, system + [2] * 40 + [4] * 16]
+def test_the_chain_cache_reuses_shared_parts_and_gives_the_same_keys():
+    from array import array
+
+    def part(ids):
+        return array("I", ids).tobytes()
+    cache = ChainCache()
+    system = part(range(500, 580))                         # 5 blocks of a tenant
+    odd = part(range(600, 625))                            # 25 ids: ends mid-block
+    turns = [part([k] * n) for k, n in ((1, 20), (2, 40), (3, 33), (4, 7), (5, 16))]
+    prompts = [[system, turns[0]], [system, turns[1]], [system, turns[0], turns[2]],
+               [odd, turns[3], turns[4]], [odd, turns[3], turns[1]], [turns[4], system],
+               [system, turns[1], turns[4]], [], [part([1] * 15)]]
     for ns in ("\x00", key_namespace(None, "tenant-a")):
-        for p in prompts:
-            want = block_hash_chain(ns, p[:len(p) // 16 * 16], 16)
-            assert cache.chain(ns, p) == want
-    assert cache.reused > 0 and cache.hashed > 0
-    # the same prompt again comes back whole, and a caller's change to it stays its own
-    again = prompts[-1]
-    want = block_hash_chain("\x00", again[:len(again) // 16 * 16], 16)
-    got = cache.chain("\x00", again)
-    assert got == want
+        for parts in prompts:
+            ids = array("I", b"".join(parts)).tolist()
+            want = block_hash_chain(ns, ids[:len(ids) // 16 * 16], 16)
+            assert cache.chain_parts(ns, parts) == (want, len(ids)), (ns, parts)
+    # the system prompt was hashed once per namespace; its keys were reused after that
+    assert cache.hashed < sum(len(b"".join(p)) // 64 for p in prompts) * 2
+    assert cache.reused >= 5 * 4
+    # the same prompt again: nothing hashed, and a caller's change to it stays its own
+    hashed = cache.hashed
+    got, _ = cache.chain_parts("\x00", prompts[2])
+    assert cache.hashed == hashed
     got.append(b"x")
-    assert cache.chain("\x00", again) == want
+    assert cache.chain_parts("\x00", prompts[2])[0] == got[:-1]
     assert cache.chain("\x00", [1] * 15) == []
+    assert cache.chain("\x00", list(range(40))) == block_hash_chain("\x00", list(range(32)))
+
+
+def test_the_chain_cache_stays_within_its_bytes():
+    from array import array
+    cache = ChainCache(max_bytes=64 * 1024)
+    for i in range(500):                                   # 500 prompts of 4 KB each
+        parts = [array("I", [i] * 512).tobytes(), array("I", [7] * 500).tobytes()]
+        cache.chain_parts("\x00", parts)
+        assert cache.bytes <= 64 * 1024
+    assert len(cache._made) < 50
+    want = block_hash_chain("\x00", [499] * 512 + [7] * 496)
+    assert cache.chain_parts("\x00", parts)[0] == want
