@@ -41,6 +41,15 @@ def _make_database(tmp_path_factory) -> tuple[str, callable]:
     return url, drop
 
 
+def pytest_collection_modifyitems(config, items):
+    """Files with a test that loads a real model (``slow``: trainings, engines on SmolLM2,
+    browsers over the whole flywheel) go first, each file's tests in their order: on
+    scripts/test.sh's two processes (``--no-loadscope-reorder``) the longest files then
+    start early instead of leaving one process busy at the end."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.fixture(scope="session")
 def database_url(tmp_path_factory):
     url, drop = _make_database(tmp_path_factory)

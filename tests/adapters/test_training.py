@@ -186,6 +186,7 @@ def test_frozen_dataset_is_content_addressed_split_by_request_and_skips_failed(
         read_dataset(ds)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)   # its own wait below is 600 s; the global 300 s would cut it first
 def test_adapter_learns_the_extraction_workflow(app, adapters_dir, celery_worker):
     """Trains on SmolLM2 through the worker: the base model answers the held-out orders
