@@ -199,7 +199,8 @@ class TestConfig(Config):
     TESTING = True
     # The test session's one worker listens on "default" (tests/conftest.py celery_worker)
     ADAPTERS_TRAIN_QUEUE = "default"
-    # Outside the repository; the test process and its worker subprocess share it.
+    # Outside the repository; tests/conftest.py gives each test session a folder of its own
+    # (its worker subprocesses get it as SLUICE_ADAPTERS_DIR).
     ADAPTERS_DIR = "/tmp/sluice-test-adapters"
     WTF_CSRF_ENABLED = True  # tests prove CSRF; they fetch tokens like a browser
     SQLALCHEMY_DATABASE_URI = "sqlite://"

@@ -47,6 +47,8 @@ def worker_env(app_config: dict) -> dict[str, str]:
                SLUICE_REDIS_NAMESPACE=app_config["REDIS_NAMESPACE"],
                SLUICE_SECRET_KEY=app_config["SECRET_KEY"],
                SLUICE_QDRANT_PATH=app_config["QDRANT_PATH"],
+               SLUICE_ADAPTERS_DIR=app_config["ADAPTERS_DIR"],
+               SLUICE_POOLS_VAR_DIR=app_config["POOLS_VAR_DIR"],
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
     return env
 

@@ -74,6 +74,10 @@ def app_config(database_url, redis_namespace, tmp_path_factory):
         "REDIS_URL": REDIS_URL,
         "REDIS_NAMESPACE": redis_namespace,
         "QDRANT_PATH": str(tmp_path_factory.mktemp("qdrant")),
+        # the session's own: two sessions side by side (scripts/test.sh runs two) must not
+        # clean each other's datasets or read each other's engine pid files
+        "ADAPTERS_DIR": str(tmp_path_factory.mktemp("adapters")),
+        "POOLS_VAR_DIR": str(tmp_path_factory.mktemp("pools-var")),
         "SECRET_KEY": "test-secret-key-for-sessions",
         # the tests' own webhook receivers listen on the loopback address
         "WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",

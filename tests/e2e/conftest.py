@@ -85,7 +85,7 @@ def node_worker(app_config, tmp_path_factory):
 @pytest.fixture()
 def own_files():
     """Files and folders a test made under ADAPTERS_DIR (its dataset, its artifact),
-    removed afterwards; nothing else there is touched (other sessions share the folder)."""
+    removed afterwards; nothing else there is touched (the session's tests share it)."""
     paths: list[Path] = []
     yield paths
     for p in paths:
