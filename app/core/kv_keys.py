@@ -102,10 +102,6 @@ class ChainCache:
     def chain(self, namespace: str, tokens: Sequence[int]) -> list[bytes]:
         return self.chain_parts(namespace, [array("I", tokens).tobytes()])[0]
 
-    def chain_bytes(self, namespace: str, ids: bytes) -> list[bytes]:
-        """``chain`` of token ids given as uint32 bytes."""
-        return self.chain_parts(namespace, [ids])[0]
-
     def chain_parts(self, namespace: str, parts: Iterable[bytes]) -> tuple[list[bytes], int]:
         """(the index keys of every full KEY_TOKENS block of the parts joined, the number
         of token ids in them)."""
