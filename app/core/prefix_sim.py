@@ -39,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
-from app.core.kv_routing import kv_choice, match_counts
+from app.core.kv_routing import TAIL_TOKENS, kv_choice, match_counts
 from app.core.rendezvous import ReplicaView, affinity_key, sluice_choice
 
 POLICIES = ("round_robin", "random", "least_loaded", "consistent_hash", "prefix_trie",
@@ -259,7 +259,10 @@ class _Router:
         # replicas' stored/removed events; loads as for sluice, and the requests sent to
         # each replica so far
         chain, key = [], 0
-        for seg, n in req.segs:
+        segs = req.segs
+        if len(segs) > 1 and segs[-1][1] <= TAIL_TOKENS:    # as the gateway: not matched
+            segs = segs[:-1]
+        for seg, n in segs:
             key = chain_key(key, seg)
             chain.append((key, n))
         empty: set[int] = set()

@@ -14,7 +14,9 @@ are kept in an LRU: a tenant's system prompt and tool block, and every earlier t
 conversation, are tokenized once per gateway process. The prompt goes on as those pieces'
 ids, never joined: ``ChainCache`` keeps the step each piece took from the chain's state
 before it, so a prompt costs a dict lookup per known piece and only its new pieces are
-hashed (bench/kv_tokenize.py measures all three parts). The tokenizer loads off the event loop on
+hashed (bench/kv_tokenize.py measures all three parts). A short last message (at most
+TAIL_CHARS characters: the new question of most requests, whose blocks no engine holds) is
+not tokenized at all: the chain stops before it. The tokenizer loads off the event loop on
 first use; until it is there, and whenever the index is stale or Redis is out, the choice
 is today's rendezvous (telemetry ``replica_choice``: ``fallback``).
 """
@@ -30,10 +32,16 @@ from typing import Any, Iterable
 from app.contract import heap, kv_index
 from app.contract.tokenizers import bpe_encoder, chat_tokenizer
 from app.core.kv_keys import KEY_TOKENS, ChainCache, key_namespace
+from app.core.kv_routing import TAIL_TOKENS
 
 log = logging.getLogger(__name__)
 
 BLOCK_TOKENS = KEY_TOKENS  # the index's key size, whatever the engines' block size
+# A last message this short (the new question of most requests) is not tokenized for the
+# choice: its blocks can be held only where the same conversation with the same last
+# message was served, and tokenizing and hashing it was most of what the new-question
+# requests paid for kv_events (bench/results/gateway_overhead.txt, 2026-12-06 evening).
+TAIL_CHARS = 4 * TAIL_TOKENS
 PIECE_CACHE = 4096         # tokenized pieces kept per tokenizer
 SHAPES = 512               # role sequences whose rendered skeleton is kept per tokenizer
 
@@ -64,6 +72,9 @@ class PromptTokens:
         self.pieces: OrderedDict[str, bytes] = OrderedDict()
         self.skeletons: dict[tuple, tuple[list[str], list[int]] | None] = {}
         self.plans: dict[tuple, list | None] = {}
+        # per shape: (the plan's first piece that holds the last message's content, the
+        # ids of the plan's pieces from there on less that content's)
+        self.tails: dict[tuple, tuple[int, int]] = {}
         # a content holding none of these holds no special token, nor the start of one
         self.first_chars = "".join(sorted({t[0] for t in specials}))
         self.chains = ChainCache()     # index keys of recent prompts' leading blocks
@@ -149,9 +160,23 @@ class PromptTokens:
             first = next(iter(self.skeletons))
             self.skeletons.pop(first, None)
             self.plans.pop(first, None)
-        self.plans[roles] = self._plan(skel) if skel is not None else None
+            self.tails.pop(first, None)
+        plan = self.plans[roles] = self._plan(skel) if skel is not None else None
+        if plan is not None:
+            self.tails[roles] = self._tail(plan, len(roles) - 1)
         self.skeletons[roles] = skel
         return skel
+
+    def _tail(self, plan: list, last: int) -> tuple[int, int]:
+        """(index of the first piece of ``plan`` that holds content slot ``last``, the ids
+        of the pieces from there on without that content: its literals tokenized alone)."""
+        cut = next(i for i, item in enumerate(plan)
+                   if item.__class__ is tuple and last in item)
+        fixed = 0
+        for item in plan[cut:]:
+            fixed += len(item) // 4 if item.__class__ is bytes else \
+                len(self._encode("".join(p for p in item if p.__class__ is str)))
+        return cut, fixed
 
     def _plan(self, skel: tuple[list[str], list[int]]) -> list | None:
         """The skeleton cut where the tokenizer cuts its text, at the special tokens: per
@@ -213,16 +238,28 @@ class PromptTokens:
         """``encode_parts(render_plain(messages))``: from the shape's piece plan when the
         contents hold no special token's first character (each piece's text joined and
         looked up, the render neither built nor searched), else by that render."""
+        return self._plain(messages, False)[0]
+
+    def _plain(self, messages: list[dict], short_tail: bool) -> tuple[list[bytes], int]:
+        """``plain_parts(messages)``, and 0; with ``short_tail``, a last message of at most
+        TAIL_CHARS characters taken from a plan is left out: (the pieces before the one
+        that holds it, an estimate of the ids left out: the fixed ones after the cut and a
+        token per 4 characters of the message)."""
         contents, firsts = [m["content"] for m in messages], self.first_chars
         plan = None
         if self._plain_ok(contents) and not any(ch in c for c in contents for ch in firsts):
             shape = tuple(m.get("role") for m in messages)
             plan = self.plans.get(shape) if self._shape(shape) is not None else None
         if plan is None:
-            return self.encode_parts(self.render_plain(messages))
+            return self.encode_parts(self.render_plain(messages)), 0
+        left_out = 0
+        if short_tail and contents and len(contents[-1]) <= TAIL_CHARS:
+            cut, fixed = self.tails[shape]
+            plan = plan[:cut]
+            left_out = fixed + (len(contents[-1]) + 3) // 4
         return self._parts(item if item.__class__ is bytes else
                            "".join([p if p.__class__ is str else contents[p] for p in item])
-                           for item in plan)
+                           for item in plan), left_out
 
     def prompt_ids(self, body: dict) -> list[int]:
         """The engine's prompt ids for a chat body (``Engine.encode_chat``'s plain path)."""
@@ -235,6 +272,15 @@ class PromptTokens:
     def prompt_parts(self, body: dict) -> list[bytes]:
         """``prompt_bytes(body)`` as its pieces' ids (a plain conversation's from its
         shape's plan: the static prefix and earlier turns are the same objects each time)."""
+        return self._prompt(body, False)[0]
+
+    def route_parts(self, body: dict) -> tuple[list[bytes], int]:
+        """What the index is matched on: ``prompt_parts(body)`` less a plain conversation's
+        last message when it is short (``_plain``), and an estimate of the ids left out
+        (0 when none were)."""
+        return self._prompt(body, True)
+
+    def _prompt(self, body: dict, short_tail: bool) -> tuple[list[bytes], int]:
         messages, plain = [], True
         for m in body.get("messages") or []:
             content = m.get("content")
@@ -245,13 +291,13 @@ class PromptTokens:
             messages.append(m if content is m.get("content") else {**m, "content": content})
         tools = body.get("tools")
         if plain and not tools and self.render is not None:
-            return self.plain_parts(messages)
+            return self._plain(messages, short_tail)
         kwargs = {"tools": tools} if tools else {}
         # the template gets copies: the request's own messages go upstream as they are
         text = self.tok.apply_chat_template([dict(m) for m in messages],
                                             add_generation_prompt=True, tokenize=False,
                                             **kwargs)
-        return self.encode_parts(text)
+        return self.encode_parts(text), 0
 
 
 def _fill(skel: tuple[list[str], list[int]], contents: list[str]) -> str:
@@ -360,7 +406,9 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
                   ) -> tuple[list[bytes], int]:
     """(index keys of the blocks the engine would look up for this request, prompt
     tokens). ``adapter``: the LoRA adapter that serves it, None for the base model."""
-    chain, n = tokens.chains.chain_parts(key_namespace(adapter, salt), tokens.prompt_parts(body))
+    parts, left_out = tokens.route_parts(body)
+    chain, n = tokens.chains.chain_parts(key_namespace(adapter, salt), parts)
+    n += left_out
     # the engine looks up (n - 1) // block tokens: the last token is always computed
     del chain[max(0, (n - 1) // BLOCK_TOKENS):]
     return chain, n

@@ -31,6 +31,8 @@ from workers.pools.kv_subscriber import KVSubscriber
 
 MSGS = [{"role": "system", "content": "You sort invoices into ledgers. " * 12},
         {"role": "user", "content": "Invoice 4411 from Acme for 12 chairs, where to?"}]
+# a last message longer than TAIL_CHARS: the whole prompt is matched, as the engine reuses it
+LONG = MSGS[:1] + [{"role": "user", "content": "Invoice 4411 from Acme for 12 chairs. " * 16}]
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +123,49 @@ def test_prompts_joined_from_a_shapes_pieces_tokenize_as_the_engine_does(tokens)
         fast += not any("<" in m["content"] for m in msgs)
     assert fast > 50
     assert any(p is not None for p in tokens.plans.values())
+
+
+def test_a_short_last_message_is_left_out_of_the_chain(tokens):
+    """The index is matched on the prompt up to its last message when that message is at
+    most TAIL_CHARS long (not tokenized: a new question's blocks are held nowhere); a
+    longer one, or one the shape's plan does not take, is matched whole. The prompt's
+    token count is then the known ids plus an estimate of the left-out ones."""
+    import random
+    from app.core.kv_keys import block_hash_chain, key_namespace
+    from app.gateway.kv_route import TAIL_CHARS
+    tok = tokens.tok
+    start = tok.convert_tokens_to_ids("<|im_start|>")
+    ns = key_namespace(None, "t")
+    rng = random.Random(5)
+    words = ["Invoice", " 4411", " from Acme", " for chairs", ",", " where", " to?", "\n"]
+    left_out = whole = 0
+    for _ in range(120):
+        msgs = [{"role": "system", "content": "You sort invoices into ledgers. " * 12}]
+        for turn in range(rng.randint(1, 3)):
+            msgs.append({"role": "user", "content": "".join(
+                rng.choices(words, k=rng.choice([3, 30, 120])))})
+            msgs.append({"role": "assistant", "content": "Ledger 7."})
+        msgs.pop()
+        body = {"messages": msgs}
+        ids = tokens.prompt_ids(body)
+        chain, n = request_chain(tokens, body, None, "t")
+        if len(msgs[-1]["content"]) <= TAIL_CHARS:
+            # ChatML: the pieces before the last message end at its <|im_start|>
+            cut = [i for i, t in enumerate(ids) if t == start][-2] + 1
+            assert chain == block_hash_chain(ns, ids[:cut])
+            assert cut < n and abs(n - len(ids)) <= max(4, 0.5 * (len(ids) - cut))
+            left_out += 1
+        else:
+            assert chain == block_hash_chain(ns, ids)[:(len(ids) - 1) // 16]
+            assert n == len(ids)
+            whole += 1
+    assert left_out > 20 and whole > 20
+    # a last message the plan does not take (a special token's first character) is
+    # rendered and matched whole
+    body = {"messages": MSGS[:1] + [{"role": "user", "content": "Is <b> bold?"}]}
+    ids = tokens.prompt_ids(body)
+    assert request_chain(tokens, body, None, "t") == (
+        block_hash_chain(ns, ids)[:(len(ids) - 1) // 16], len(ids))
 
 
 def test_a_template_that_trims_contents_keeps_its_render(tokens):
@@ -246,7 +291,7 @@ def published(redis_namespace):
 
 def test_vllm_wire_events_give_the_keys_the_gateway_hashes(tokens, published):
     r, keys, send = published
-    body = {"messages": MSGS}
+    body = {"messages": LONG}
     ids = tokens.prompt_ids(body)           # the engine's ids (test above)
     full = (len(ids) - 1) // 16 * 16        # what the engine can reuse of this prompt
     first = VllmProcess().events(ids, 2, salt="tenant-a")
@@ -271,7 +316,7 @@ def test_vllm_wire_events_give_the_keys_the_gateway_hashes(tokens, published):
 
 def test_tenants_with_different_salts_never_match_each_others_blocks(tokens, published):
     r, keys, send = published
-    body = {"messages": MSGS}
+    body = {"messages": LONG}
     ids = tokens.prompt_ids(body)
     full = (len(ids) - 1) // 16 * 16
     for replica, salt in ((1, "tenant-a"), (2, "tenant-b")):
