@@ -214,26 +214,21 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
     started = [start_engine(args.model, args.kv_tokens, env, log_dir, i, events[i])
                for i in range(args.replicas)]
     procs, urls = [p for p, _ in started], [u for _, u in started]
-    sub = stop = thread = None
+    sub = stats_path = None
     try:
         for p, u in started:
             _wait(lambda: (p.check(), httpx.get(u + "/health", timeout=2).status_code)[1]
                   == 200, 300, f"engine {u}")
         version = cp.arm(arm, urls)
         if arm == "kv_events":
-            # the node worker's subscriber (workers.pools.kv_subscriber), in a thread here
-            import threading
-
-            import redis
-
-            from app.contract.keys import Keys
-            from workers.pools.kv_subscriber import KVSubscriber
-            sub = KVSubscriber(redis.Redis.from_url(args.redis), Keys(cp.ns))
+            # the node worker's subscriber (workers.pools.kv_subscriber), in a process of
+            # its own as in production: run in a thread of this process it took the GIL
+            # from the threads that read the streams, and TTFT was timed in those
             reps = [{"id": r.id, "endpoint": e["endpoint"], "replay": e["replay_endpoint"],
                      "topic": e["topic"]} for r, e in zip(cp.replicas(), events)]
-            stop = threading.Event()
-            thread = threading.Thread(target=sub.run, args=(stop, lambda: reps), daemon=True)
-            thread.start()
+            stats_path = log_dir / "kv-subscriber-stats.json"
+            sub = Proc([sys.executable, __file__, "--subscriber", args.redis, cp.ns,
+                        json.dumps(reps), str(stats_path)], env, log_dir / "kv-subscriber.log")
             # the gateway loads the pool model's tokenizer on its first kv_events request
             # (falling back to rendezvous meanwhile): one unrelated request, then a pause
             httpx.post(gateway + "/v1/chat/completions", timeout=120,
@@ -283,14 +278,49 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
                 "errors": errors, "seconds": elapsed,
                 "ttft_p50": float(np.percentile(ttfts, 50)) if ttfts else 0.0,
                 "ttft_p99": float(np.percentile(ttfts, 99)) if ttfts else 0.0,
-                "subscriber": dict(sub.stats) if sub else None}
+                "subscriber": _subscriber_stats(sub, stats_path)}
     finally:
-        if stop is not None:
-            stop.set()
-            thread.join(10)
-            sub.close()
+        if sub is not None:
+            sub.stop()
         for p in procs:
             p.stop()
+
+
+def _subscriber_stats(sub: "Proc | None", path: "Path | None") -> dict | None:
+    """The subscriber process's counters, written when it stops (SIGTERM)."""
+    if sub is None:
+        return None
+    sub.check()
+    sub.stop()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"stats": "not written (see kv-subscriber.log)"}
+
+
+def run_subscriber(redis_url: str, ns: str, reps_json: str, stats_path: str) -> None:
+    """``--subscriber``: the kv_events arm's subscriber, until SIGTERM; then its counters
+    go to ``stats_path``."""
+    import signal
+    import threading
+
+    import redis
+
+    from app.contract.keys import Keys
+    from workers.pools.kv_subscriber import KVSubscriber
+    reps = json.loads(reps_json)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    sub = KVSubscriber(redis.Redis.from_url(redis_url), Keys(ns))
+    try:
+        sub.run(stop, lambda: reps)
+    finally:
+        import resource
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        Path(stats_path).write_text(json.dumps({**dict(sub.stats),
+                                                "cpu_s": round(use.ru_utime + use.ru_stime, 2)}))
+        sub.close()
 
 
 def main() -> None:
@@ -373,4 +403,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--subscriber"]:
+        run_subscriber(*sys.argv[2:6])
+    else:
+        main()
