@@ -104,6 +104,9 @@ def run_replica_loss(gateway_url: str, key: str, replicas: list[dict],
             "served_by_dead_after_loss": sum(1 for sid, o in owners.items()
                                              for x in o[turns_before:] if x in dead),
             "unattributed": sum(1 for o in owners.values() for x in o if x is None),
+            # where the sessions lived before the loss (replica id -> sessions)
+            "sessions_per_replica": {str(rid): sum(1 for o in before_home.values() if o == rid)
+                                     for rid in urls},
             "turns": turns}
 
 

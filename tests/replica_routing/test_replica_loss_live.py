@@ -55,7 +55,7 @@ def test_losing_two_of_four_replicas(drill_result):
     assert r["unattributed"] == 0                   # every request seen on exactly one replica
     assert r["failed_requests"] == 0, r["failures"]  # retried before the first byte
     assert r["served_by_dead_after_loss"] == 0
-    assert r["sessions_on_dead_replicas"] > 0
+    assert r["sessions_on_dead_replicas"] > 0, r
     assert r["sessions_moved"] >= r["sessions_on_dead_replicas"]
     after = [t["hit_rate"] for t in r["turns"] if t["after_loss"]]
     assert after[-1] > after[0]                     # moved sessions rebuild their history
