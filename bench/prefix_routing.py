@@ -42,7 +42,18 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.replica_routing.live import make_sessions, scrape, system_prompt  # noqa: E402
+from app.replica_routing.live import (COUNTERS, make_sessions, parse_counters,  # noqa: E402
+                                      system_prompt)
+
+# the engines' own TTFT histogram beside the hit-rate counters: what the engine took from a
+# request's arrival to its first token, against the TTFT the client saw through the gateway
+ENGINE_TTFT = ("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count")
+
+
+def scrape(client: httpx.Client, url: str) -> dict[str, float]:
+    resp = client.get(url.rstrip("/") + "/metrics", timeout=5.0)
+    resp.raise_for_status()
+    return parse_counters(resp.text, COUNTERS + ENGINE_TTFT)
 
 ARMS = ("round_robin", "sluice", "kv_events")
 
@@ -220,6 +231,12 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
             _wait(lambda: (p.check(), httpx.get(u + "/health", timeout=2).status_code)[1]
                   == 200, 300, f"engine {u}")
         version = cp.arm(arm, urls)
+        # the arm's policy must be in force before anything is sent: the kv_events warm-up
+        # below, sent under the previous arm's snapshot, loaded no tokenizer, and the
+        # first 77 of 120 requests then fell back to rendezvous while the tokenizer loaded
+        # (bench/results/prefix_routing.txt, 2026-12-06 20:30)
+        _wait(lambda: (httpx.get(gateway + "/healthz", timeout=2).json()
+                       .get("snapshot_version") or 0) >= version, 30, "gateway snapshot")
         if arm == "kv_events":
             # the node worker's subscriber (workers.pools.kv_subscriber), in a process of
             # its own as in production: run in a thread of this process it took the GIL
@@ -236,8 +253,6 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
                        json={"model": "tier-1", "max_tokens": 1,
                              "messages": [{"role": "user", "content": "warm up"}]})
             time.sleep(args.tokenizer_wait)
-        _wait(lambda: (httpx.get(gateway + "/healthz", timeout=2).json()
-                       .get("snapshot_version") or 0) >= version, 30, "gateway snapshot")
         rng = random.Random(args.seed + 1)
         errors: list[str] = []
         headers = {"authorization": f"Bearer {cp.key}"}
@@ -272,8 +287,12 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
              for u in urls]
         h = [end[u]["vllm:prefix_cache_hits"] - start[u]["vllm:prefix_cache_hits"]
              for u in urls]
+        ttft_n = sum(end[u][ENGINE_TTFT[1]] - start[u][ENGINE_TTFT[1]] for u in urls)
+        ttft_s = sum(end[u][ENGINE_TTFT[0]] - start[u][ENGINE_TTFT[0]] for u in urls)
         import numpy as np
         return {"hit_rate": sum(h) / sum(q) if sum(q) else 0.0, "queried_tokens": sum(q),
+                "engine_ttft_mean": ttft_s / ttft_n if ttft_n else 0.0,
+                "ttft_mean": float(np.mean(ttfts)) if ttfts else 0.0,
                 "per_replica_queries": q, "requests": sum(len(r) for r in rounds),
                 "errors": errors, "seconds": elapsed,
                 "ttft_p50": float(np.percentile(ttfts, 50)) if ttfts else 0.0,
@@ -390,6 +409,8 @@ def main() -> None:
             ("max/mean queries", lambda x: f"{max(x['per_replica_queries']) / (sum(x['per_replica_queries']) / len(x['per_replica_queries'])):.2f}"),
             ("TTFT p50 ms", lambda x: f"{x['ttft_p50'] * 1000:,.0f}"),
             ("TTFT p99 ms", lambda x: f"{x['ttft_p99'] * 1000:,.0f}"),
+            ("TTFT mean ms", lambda x: f"{x['ttft_mean'] * 1000:,.0f}"),
+            ("engine TTFT mean ms", lambda x: f"{x['engine_ttft_mean'] * 1000:,.0f}"),
             ("requests", lambda x: str(x["requests"])),
             ("errors", lambda x: str(len(x["errors"]))),
             ("wall seconds", lambda x: f"{x['seconds']:.1f}")]
