@@ -19,7 +19,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from app.core import minify_compact
-from app.gateway import cache_verify, conformance, handlers, traces
+from app.gateway import cache_verify, conformance, handlers, kv_route, traces
 from app.gateway.auth import RateLimiter
 from app.gateway.budget import BudgetGuard
 from app.gateway.context import RequestContext
@@ -69,6 +69,7 @@ class Gateway:
                                      socket_connect_timeout=1.0)
         self.snapshots = SnapshotStore(self.redis, self.keys.snapshot_version(),
                                        self.keys.snapshot_data(), self.poll_s)
+        self._preloaded: int | None = None    # snapshot version kv tokenizers were asked for
         self.limiter = RateLimiter(self.redis, self.keys)
         self.instance = leases.new_instance_id()
         self.heartbeat_s = float(self.config["GATEWAY_HEARTBEAT_S"])
@@ -142,8 +143,15 @@ class Gateway:
             log.warning("router refresh failed: %s", exc)
 
     async def _on_tick(self) -> None:
-        if self.snapshots.current is not None:
-            self.metrics.snapshot_version.set(self.snapshots.current.version)
+        snap = self.snapshots.current
+        if snap is not None:
+            self.metrics.snapshot_version.set(snap.version)
+            if snap.version != self._preloaded:
+                self._preloaded = snap.version
+                try:
+                    kv_route.preload(snap)
+                except Exception as exc:  # noqa: BLE001 - the first request loads it then
+                    log.warning("kv_events tokenizer preload failed: %s", exc)
         await self.refresh_routers()
         if self.ledger.queue:
             self.ledger._wake.set()

@@ -13,7 +13,7 @@ from starlette.responses import Response, StreamingResponse
 
 from app.contract.cache.replay import replay_as_sse_chunks, sse_lines
 from app.core.workflow import workflow_signature
-from app.gateway import sse
+from app.gateway import kv_route, sse
 from app.gateway.auth import authenticate
 from app.gateway.budget import estimate_usd, reachable_tiers
 from app.gateway.context import RequestContext
@@ -283,7 +283,8 @@ async def healthz(request: Request) -> Response:
             "ledger_dropped": gw.ledger.dropped, "instance": gw.instance,
             "budget_unsettled": len(gw.budget.unsettled),
             "reloads": gw.snapshots.reloads,
-            "router_version": gw.routers.version, "routers": gw.routers.versions()}
+            "router_version": gw.routers.version, "routers": gw.routers.versions(),
+            "kv_tokenizers": kv_route.tokenizer_states()}
     if not _operator(request):   # a load balancer needs only whether to send traffic here
         body = {"ok": body["ok"]}
     return _json(body, status=200 if snap is not None else 503)

@@ -16,7 +16,8 @@ ids, never joined: ``ChainCache`` keeps the step each piece took from the chain'
 before it, so a prompt costs a dict lookup per known piece and only its new pieces are
 hashed (bench/kv_tokenize.py measures all three parts). A short last message (at most
 TAIL_CHARS characters: the new question of most requests, whose blocks no engine holds) is
-not tokenized at all: the chain stops before it. The tokenizer loads off the event loop on
+not tokenized at all: the chain stops before it. The tokenizer loads off the event loop
+when a snapshot names a pool a ``kv_events`` tenant is served from (``preload``), else on
 first use; until it is there, and whenever the index is stale or Redis is out, the choice
 is today's rendezvous (telemetry ``replica_choice``: ``fallback``).
 """
@@ -374,6 +375,7 @@ def _direct_render(tokenizer: Any):
 _loaded: dict[str, PromptTokens | None] = {}
 _loading: set[str] = set()
 _lock = threading.Lock()
+_load_lock = threading.Lock()
 
 
 def prompt_tokens(model: str) -> PromptTokens | None:
@@ -389,7 +391,11 @@ def prompt_tokens(model: str) -> PromptTokens | None:
 
     def load() -> None:
         try:
-            value: PromptTokens | None = PromptTokens(chat_tokenizer(model))
+            # one load at a time: two threads importing transformers' lazy modules at
+            # once can fail ("cannot import name 'AutoTokenizer'"), and a snapshot can
+            # ask for several pools' tokenizers at once (``preload``)
+            with _load_lock:
+                value: PromptTokens | None = PromptTokens(chat_tokenizer(model))
             heap.settle(f"the {model} tokenizer")
         except Exception as exc:  # noqa: BLE001 - no tokenizer: rendezvous, said once
             log.warning("kv_events: no tokenizer for %s (%s); replica choice falls back",
@@ -400,6 +406,34 @@ def prompt_tokens(model: str) -> PromptTokens | None:
             _loading.discard(model)
     threading.Thread(target=load, name=f"tokenizer-{model}", daemon=True).start()
     return None
+
+
+def tokenizer_states() -> dict[str, str]:
+    """``{model: "ready" | "loading" | "failed"}`` of the tokenizers this process loaded or
+    is loading (the gateway's /healthz)."""
+    with _lock:
+        out = {m: "ready" if t is not None else "failed" for m, t in _loaded.items()}
+        out.update({m: "loading" for m in _loading})
+    return out
+
+
+def preload(snapshot) -> list[str]:
+    """Start loading the tokenizer of every pool a ``kv_events`` tenant is served from (its
+    allowed tiers' pools), so that a new snapshot's first kv requests need not fall back
+    while it loads: loading on the first request cost the first 77 of 120 requests of the
+    real-engine bench their choice, and each up to 114 ms of S03 while the loading thread
+    held the GIL (bench/results/prefix_routing.txt). Returns the models asked for."""
+    models: set[str] = set()
+    for tenant in snapshot.tenants.values():
+        if tenant["policy"].get("replica_choice") != "kv_events":
+            continue
+        for tier in snapshot.allowed_tiers(tenant):
+            pool = snapshot.pools.get(str(tier.get("pool_id")))
+            if pool is not None and pool.model and len(pool.replicas) > 1:
+                models.add(pool.model)
+    for model in sorted(models):
+        prompt_tokens(model)
+    return sorted(models)
 
 
 def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: str

@@ -382,6 +382,13 @@ def test_kv_events_choice_is_shared_by_two_gateways_and_falls_back_when_stale(
                         log_dir=tmp_path_factory.mktemp("gw2-logs"))
         try:
             base2 = second.url + "/v1"
+            # a gateway that starts on a snapshot with a kv_events tenant loads the pool's
+            # tokenizer before any request asks for it
+            wait_for(lambda: httpx.get(second.url + "/healthz", timeout=5).json()
+                     .get("kv_tokenizers", {}).get("smollm2") == "ready", timeout=60,
+                     what="second gateway's tokenizer preloaded")
+            # (the first gateway's requests went to `other`: the bound on requests sent
+            # sends a few home before `other` is within it again)
             wait_for(lambda: fresh_then(base2), timeout=60,
                      what="second gateway's kv_events choice")
             # the index moves (the blocks now live on the home replica): both follow
