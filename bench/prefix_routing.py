@@ -42,18 +42,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.replica_routing.live import (COUNTERS, make_sessions, parse_counters,  # noqa: E402
-                                      system_prompt)
+from app.replica_routing.live import COUNTERS, make_sessions, scrape, system_prompt  # noqa: E402
 
 # the engines' own TTFT histogram beside the hit-rate counters: what the engine took from a
 # request's arrival to its first token, against the TTFT the client saw through the gateway
 ENGINE_TTFT = ("vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count")
-
-
-def scrape(client: httpx.Client, url: str) -> dict[str, float]:
-    resp = client.get(url.rstrip("/") + "/metrics", timeout=5.0)
-    resp.raise_for_status()
-    return parse_counters(resp.text, COUNTERS + ENGINE_TTFT)
 
 ARMS = ("round_robin", "sluice", "kv_events")
 
@@ -257,7 +250,7 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
         errors: list[str] = []
         headers = {"authorization": f"Bearer {cp.key}"}
         with httpx.Client(timeout=600) as client:
-            start = {u: scrape(client, u) for u in urls}
+            start = {u: scrape(client, u, COUNTERS + ENGINE_TTFT) for u in urls}
 
             ttfts: list[float] = []
 
@@ -282,7 +275,7 @@ def run_arm(arm: str, args, cp: ControlPlane, gateway: str, env: dict, log_dir: 
                 with ThreadPoolExecutor(args.workers) as pool:
                     list(pool.map(send, bodies))
             elapsed = time.perf_counter() - t0
-            end = {u: scrape(client, u) for u in urls}
+            end = {u: scrape(client, u, COUNTERS + ENGINE_TTFT) for u in urls}
         q = [end[u]["vllm:prefix_cache_queries"] - start[u]["vllm:prefix_cache_queries"]
              for u in urls]
         h = [end[u]["vllm:prefix_cache_hits"] - start[u]["vllm:prefix_cache_hits"]

@@ -260,7 +260,7 @@ class _Router:
         # each replica so far
         chain, key = [], 0
         segs = req.segs
-        if len(segs) > 1 and segs[-1][1] <= TAIL_TOKENS:    # as the gateway: not matched
+        if segs and segs[-1][1] <= TAIL_TOKENS:    # as the gateway: not matched
             segs = segs[:-1]
         for seg, n in segs:
             key = chain_key(key, seg)

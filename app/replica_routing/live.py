@@ -27,14 +27,16 @@ def parse_counters(text: str, names: tuple[str, ...] = COUNTERS) -> dict[str, fl
     return out
 
 
-def scrape(client: httpx.Client, url: str) -> dict[str, float] | None:
-    """The replica's counters, or None when it does not answer."""
+def scrape(client: httpx.Client, url: str, names: tuple[str, ...] = COUNTERS
+           ) -> dict[str, float] | None:
+    """The replica's counters (``names``, summed over label sets), or None when it does
+    not answer."""
     try:
         resp = client.get(url.rstrip("/") + "/metrics", timeout=5.0)
         resp.raise_for_status()
     except httpx.HTTPError:
         return None
-    return parse_counters(resp.text)
+    return parse_counters(resp.text, names)
 
 
 def hit_rate(before: dict[str, float], after: dict[str, float]) -> float | None:
