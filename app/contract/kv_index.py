@@ -134,16 +134,27 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 
 
 # S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
-# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, then the
-# request's block ids (8 bytes each) joined in one string. Returns per replica its load (a
-# string, ``LOAD_LUA``), the number of leading blocks it holds (-1 when its subscriber has
-# not been heard since the cutoff) and the requests the gateways sent it (``count_routed``).
+# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, the
+# request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then the
+# gateway's tally of its earlier choices not yet written, (replica's place in KEYS /5,
+# requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
+# requests sent that the script returns per replica (with its load, a string,
+# ``LOAD_LUA``, and the number of leading blocks it holds, -1 when its subscriber has not
+# been heard since the cutoff) include every choice this gateway made before this one.
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
 local members = nil
 local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local chain = ARGV[4]
 local blocks = #chain / 8
+local state_ttl = tonumber(ARGV[5])
+for a = 6, #ARGV, 4 do
+  local state = KEYS[5 * tonumber(ARGV[a]) - 1]
+  redis.call('HINCRBY', state, 'routed', ARGV[a + 1])
+  redis.call('HINCRBY', state, 'routed_matched', ARGV[a + 2])
+  redis.call('HINCRBY', state, 'routed_prompt', ARGV[a + 3])
+  redis.call('EXPIRE', state, state_ttl)
+end
 for i = 1, #KEYS / 5 do
   local b = 5 * (i - 1)
   out[3 * i - 2] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
@@ -192,15 +203,21 @@ def _route_keys(keys: Keys, replica_ids) -> list[str]:
     return names
 
 
-def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int
-                ) -> tuple[list, list]:
+def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
+                tally: Mapping[object, Sequence[int]] | None = None) -> tuple[list, list]:
     names = script_keys(_ROUTE_NAMES, keys, replica_ids, _route_keys)
     now = time.time()
     if chain and isinstance(chain[0], bytes):   # the gateway's digests: one slice each
         blob = b"".join([h[:8] for h in chain])
     else:
         blob = b"".join(block_id(h) for h in chain)
-    return names, [repr(now), load_ttl_s, repr(now - stale_s), blob]
+    args = [repr(now), load_ttl_s, repr(now - stale_s), blob, TTL_S]
+    if tally:
+        for i, rid in enumerate(replica_ids, 1):
+            row = tally.get(rid)
+            if row is not None:
+                args += [i, int(row[0]), int(row[1]), int(row[2])]
+    return names, args
 
 
 def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None, dict]:
@@ -217,23 +234,29 @@ def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None
 
 def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
                       chain: Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
-                      load_ttl_s: int = LOAD_TTL_S) -> tuple[dict, dict | None, dict]:
+                      load_ttl_s: int = LOAD_TTL_S,
+                      tally: Mapping[object, Sequence[int]] | None = None
+                      ) -> tuple[dict, dict | None, dict]:
     """What ``kv_choice`` weighs, in one round trip: (loads as
     ``app.contract.inflight.read_loads`` gives them, matched leading prompt tokens per
     replica for the request's block-hash ``chain`` or None when no replica's index is
     fresh (the caller falls back to rendezvous), requests the gateways sent each replica
-    while its index entry lived)."""
-    got = _ROUTE(redis, *_route_call(keys, replica_ids, chain, stale_s, load_ttl_s))
+    while its index entry lived). ``tally``: the caller's choices not yet counted, per
+    replica of ``replica_ids`` (requests, matched prompt tokens, prompt tokens), added to
+    the replicas' state hashes (the bound on requests sent, the Routing page's matched
+    share) before they are read; entries for other replicas are left out."""
+    got = _ROUTE(redis, *_route_call(keys, replica_ids, chain, stale_s, load_ttl_s, tally))
     return _parse_route(replica_ids, got, block_tokens)
 
 
 async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[object],
                                   chain: Sequence[bytes], block_tokens: int, *,
-                                  stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S
+                                  stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S,
+                                  tally: Mapping[object, Sequence[int]] | None = None
                                   ) -> tuple[dict, dict | None, dict]:
     """``read_route_inputs`` on an asyncio Redis client (the gateway's)."""
     got = await _ROUTE.acall(redis, *_route_call(keys, replica_ids, chain, stale_s,
-                                                 load_ttl_s))
+                                                 load_ttl_s, tally))
     return _parse_route(replica_ids, got, block_tokens)
 
 
@@ -243,20 +266,6 @@ def read_matched(redis, keys: Keys, replica_ids: Sequence[object], chain: Sequen
     None when no replica's index is fresh."""
     return read_route_inputs(redis, keys, replica_ids, chain, block_tokens,
                              stale_s=stale_s)[1]
-
-
-async def count_routed(redis, keys: Keys, tallies: Mapping[object, Sequence[int]]) -> None:
-    """The gateway's tally of what the index promised for the requests it sent: per replica
-    (requests, matched prompt tokens, prompt tokens), added to its state hash (the Routing
-    page's matched share); it lives as long as the replica's index entry does."""
-    pipe = redis.pipeline(transaction=False)
-    for replica_id, (routed, matched, prompt) in tallies.items():
-        state = keys.replica_kv_state(replica_id)
-        pipe.hincrby(state, "routed", int(routed))
-        pipe.hincrby(state, "routed_matched", int(matched))
-        pipe.hincrby(state, "routed_prompt", int(prompt))
-        pipe.expire(state, TTL_S)
-    await pipe.execute()
 
 
 def freshness(redis, keys: Keys, replica_ids: Sequence[object]) -> dict[object, dict]:

@@ -449,13 +449,16 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
 
 
 async def route_inputs(services, replica_ids: list, chain: list[bytes],
-                       block_tokens: int = BLOCK_TOKENS) -> tuple[dict, dict | None, dict] | None:
+                       tally: dict | None = None, block_tokens: int = BLOCK_TOKENS
+                       ) -> tuple[dict, dict | None, dict] | None:
     """(loads, matched prompt tokens per replica or None when the index is stale or empty
-    of fresh replicas, requests sent per replica) from Redis in one round trip; None when
-    Redis is out (the caller falls back, without loads)."""
+    of fresh replicas, requests sent per replica) from Redis in one round trip, which also
+    adds ``tally`` (this process's choices not yet counted); None when Redis is out (the
+    caller falls back, without loads, and keeps its tally)."""
     try:
         return await kv_index.read_route_inputs_async(services.redis, services.keys,
-                                                      replica_ids, chain, block_tokens)
+                                                      replica_ids, chain, block_tokens,
+                                                      tally=tally)
     except Exception as exc:  # noqa: BLE001 - Redis out: the caller falls back
         log.debug("kv index unavailable: %s", exc)
         return None

@@ -132,9 +132,10 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
     kv_index.apply_events(redis_client, keys, fresh.id, [("BlockStored", [b"a" * 32, b"b" * 32])],
                           seq=41)
 
-    async def tally():
+    async def tally():     # a gateway's S03 call writes its earlier choices' tally
         r = aredis.Redis.from_url(app.config["REDIS_URL"])
-        await kv_index.count_routed(r, keys, {fresh.id: (2, 300, 400)})
+        await kv_index.read_route_inputs_async(r, keys, [fresh.id, silent.id], [], 16,
+                                               tally={fresh.id: (2, 300, 400)})
         await r.aclose()
     asyncio.run(tally())
     redis_client.hset(keys.replica_stats(fresh.id), "prefix_cache_hit_rate", "0.625")

@@ -24,10 +24,8 @@ the healthy replicas (per gateway process, like a Kubernetes Service): the basel
 """
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
-import time
 
 from app.contract import kv_index
 from app.contract.inflight import read_loads_async
@@ -98,7 +96,15 @@ async def _kv_events(ctx: RequestContext, views: list):
             chain, prompt = kv_route.request_chain(tokens, body, adapter, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
-    got = await kv_route.route_inputs(ctx.services, ids, chain) if chain is not None else None
+    got = None
+    if chain is not None:
+        # this process's earlier choices on these replicas ride on the call, so the
+        # requests sent the bound reads include all of them
+        carry = {rid: _pending.pop(rid) for rid in ids if rid in _pending}
+        got = await kv_route.route_inputs(ctx.services, ids, chain, carry)
+        if got is None:                          # Redis out: they go with a later call
+            for rid, row in carry.items():
+                _add(rid, *row)
     if got is not None:
         loads, matched, routed = got
     else:
@@ -115,30 +121,25 @@ async def _kv_events(ctx: RequestContext, views: list):
     return choice, loads
 
 
-# Per-process tally of routed / matched / prompt tokens per replica, written to Redis at
-# most once a second (a write per request would cost as much as the choice itself).
+# Per-process tally of routed / matched / prompt tokens per replica, not yet written:
+# the next kv_events call on the replica's pool adds it in Redis before it reads the
+# requests sent (``kv_index.read_route_inputs``), so the bound on requests sent lags no
+# gateway by more than the choices in flight, at no round trip of its own. (Written once a
+# second by a task of its own, the tally lagged: a drill's sequential sessions all saw 0
+# and piled 8 of 12 onto one replica, and after it died the survivors' uneven counts
+# pushed live sessions off their history; tests/replica_routing/test_replica_loss_kv_live.)
 _pending: dict = {}
-_flush = {"at": 0.0, "task": None}
+
+
+def _add(replica_id, routed: int, matched: int, prompt: int) -> None:
+    row = _pending.setdefault(replica_id, [0, 0, 0])
+    row[0] += routed
+    row[1] += matched
+    row[2] += prompt
 
 
 def _tally(ctx: RequestContext, replica_id, matched: int, prompt: int) -> None:
-    row = _pending.setdefault(replica_id, [0, 0, 0])
-    row[0] += 1
-    row[1] += matched
-    row[2] += prompt
-    now = time.monotonic()
-    if now - _flush["at"] >= 1.0 and (_flush["task"] is None or _flush["task"].done()):
-        batch = dict(_pending)
-        _pending.clear()
-        _flush["at"] = now
-        _flush["task"] = asyncio.create_task(_write_tally(ctx.services, batch))
-
-
-async def _write_tally(services, batch: dict) -> None:
-    try:
-        await kv_index.count_routed(services.redis, services.keys, batch)
-    except Exception as exc:  # noqa: BLE001 - a tally is not worth a failed request
-        log.debug("kv tally not written: %s", exc)
+    _add(replica_id, 1, matched, prompt)
 
 
 async def local_prefill(ctx: RequestContext) -> str:

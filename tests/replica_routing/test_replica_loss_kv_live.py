@@ -1,0 +1,140 @@
+"""CD-28C under ``replica_choice: kv_events``: 4 reference engines publish their KV events,
+the node's subscriber keeps the Redis index, the gateway chooses from it; 2 of the 4 stop
+mid-load. Nothing fails, the dead replicas' blocks leave the index, their sessions move and
+rebuild their history, and the live replicas' sessions keep being found where their blocks
+are.
+
+Slow-ish (4 tiny engines on CPU, ~60 sequential requests); one drill run serves all tests.
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+import redis as redis_lib
+
+from app.contract import kv_index
+from app.contract.keys import Keys
+from app.replica_routing.drill import run_replica_loss
+from tests.conftest import REDIS_URL
+from tests.engine.conftest import EngineProcess, free_port
+from tests.gateway.conftest import make_world, publish_and_wait, wait_for
+from workers.pools.kv_subscriber import KVSubscriber
+
+
+def _events_config(i: int) -> dict:
+    return {"enable_kv_cache_events": True, "publisher": "zmq",
+            "endpoint": f"tcp://127.0.0.1:{free_port()}",
+            "replay_endpoint": f"tcp://127.0.0.1:{free_port()}", "topic": f"kv@drill-{i}"}
+
+
+@pytest.fixture(scope="module")
+def four_publishing_engines(tmp_path_factory):
+    from app.engine.model import build_tiny_llama
+    model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+    logs = tmp_path_factory.mktemp("engine-logs")
+    configs = [_events_config(i) for i in range(4)]
+    engines = [EngineProcess(str(model), "tiny-served", logs / f"e{i}.log",
+                             extra=["--max-prefix-tokens", "8192",
+                                    "--kv-events-config", json.dumps(cfg)])
+               for i, cfg in enumerate(configs)]
+    try:
+        for e in engines:
+            e.wait_healthy()
+        yield list(zip(engines, configs))
+    finally:
+        for e in engines:
+            if e.proc.poll() is None:
+                e.stop()
+
+
+@pytest.fixture()
+def drill(app, gateway, frontier, four_publishing_engines):
+    from app.extensions import db
+    engines = [e for e, _ in four_publishing_engines]
+    world = make_world(app, gateway, [e.url for e in engines], frontier.url,
+                       policy={"session_key": "header", "replica_choice": "kv_events"})
+    world.pool.model = "smollm2"           # the tiny engines' tokenizer, which the gateway loads
+    db.session.commit()
+    publish_and_wait(gateway)
+    keys = Keys(app.config["REDIS_NAMESPACE"])
+    r = redis_lib.Redis.from_url(REDIS_URL)
+    cfg_of = {e.url: cfg for e, cfg in four_publishing_engines}
+    reps = [{"id": rep.id, "url": rep.url} for rep in world.pool.replicas]
+    # the node's subscriber, fed the pool's healthy replicas as the pools.kv_index beat
+    # hands them over (a stopped replica leaves the list, and its blocks the index)
+    live = {rep["id"]: {"id": rep["id"], "endpoint": cfg_of[rep["url"]]["endpoint"],
+                        "replay": cfg_of[rep["url"]]["replay_endpoint"],
+                        "topic": cfg_of[rep["url"]]["topic"]} for rep in reps}
+    sub = KVSubscriber(r, keys)
+    stop_sub = threading.Event()
+    thread = threading.Thread(target=sub.run, args=(stop_sub, lambda: list(live.values()), 0.2),
+                              daemon=True)
+    thread.start()
+    by_url = {e.url: e for e in engines}
+    held_at_stop: dict = {}
+
+    def stop(chosen):
+        for rep in chosen:
+            held_at_stop[rep["id"]] = r.scard(keys.replica_kv_blocks(rep["id"]))
+            by_url[rep["url"]].stop()
+            live.pop(rep["id"], None)
+
+    try:
+        # the gateway loaded the pool's tokenizer when the snapshot arrived
+        wait_for(lambda: httpx.get(gateway.url + "/healthz", timeout=5).json()
+                 .get("kv_tokenizers", {}).get("smollm2") == "ready", timeout=60,
+                 what="gateway's kv tokenizer")
+        ids = sorted(rep["id"] for rep in reps)
+        result = run_replica_loss(gateway.url, world.key, reps, stop, victims=[ids[0], ids[2]],
+                                  stop_count=2, sessions=12, turns_before=2, turns_after=3,
+                                  model="tier-1", max_tokens=4, prompt_words=120,
+                                  timeout_s=60)
+        wait_for(lambda: all(not r.exists(keys.replica_kv_blocks(rid))
+                             for rid in held_at_stop), timeout=10,
+                 what="the stopped replicas' blocks leave the index")
+        # the gateway's tally of what the index matched for the requests it sent (the
+        # next S03 call on the pool writes it: one more request)
+        httpx.post(gateway.url + "/v1/chat/completions", timeout=60,
+                   headers={"Authorization": f"Bearer {world.key}"},
+                   json={"model": "tier-1", "max_tokens": 1,
+                         "messages": [{"role": "user", "content": "flush the tally"}]})
+        fresh = kv_index.freshness(r, keys, ids)
+        yield {"result": result, "held_at_stop": held_at_stop, "fresh": fresh, "ids": ids}
+    finally:
+        stop_sub.set()
+        thread.join(5)
+        sub.close()
+        for rid in live:
+            kv_index.forget(r, keys, rid)
+
+
+def test_losing_two_of_four_replicas_under_kv_events(drill):
+    res, fresh = drill["result"], drill["fresh"]
+    print(res, drill["held_at_stop"], fresh)     # shown when an assertion fails
+    assert res["requests"] == 60
+    assert res["unattributed"] == 0, res
+    assert res["failed_requests"] == 0, res["failures"]   # retried before the first byte
+    assert res["served_by_dead_after_loss"] == 0, res
+    assert res["sessions_on_dead_replicas"] > 0, res
+    # before the loss the bound on requests sent spread the sessions (with a tally written
+    # once a second, 8 and 10 of the 12 sat on one replica and two replicas had none)
+    assert max(res["sessions_per_replica"].values()) <= 2 * 12 // 4, res
+    assert res["sessions_moved"] >= res["sessions_on_dead_replicas"], res
+    after = [t["hit_rate"] for t in res["turns"] if t["after_loss"]]
+    assert after[-1] > after[0], res["turns"]            # moved sessions rebuild their history
+    # Only the dead replicas' sessions move: the live ones' blocks keep them home, and the
+    # bound on requests sent (the gateways' tally, which rides on each S03 call) kept the
+    # replicas even before the loss, so it does not push survivors' sessions after it
+    assert res["sessions_moved_from_live_replicas"] == 0, res
+    # the stopped replicas held blocks, and the index dropped them
+    assert any(n > 0 for n in drill["held_at_stop"].values()), drill["held_at_stop"]
+    assert all(fresh[rid]["blocks"] == 0 and fresh[rid]["seq"] is None
+               for rid in drill["held_at_stop"]), fresh
+    # the live replicas' choices came from the index: most of what was sent there matched
+    live = [rid for rid in drill["ids"] if rid not in drill["held_at_stop"]]
+    for rid in live:
+        assert fresh[rid]["blocks"] > 0 and fresh[rid]["routed"] > 0, fresh
+        assert fresh[rid]["matched_share"] > 0.5, fresh
