@@ -141,6 +141,8 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 # requests sent that the script returns per replica (with its load, a string,
 # ``LOAD_LUA``, and the number of leading blocks it holds, -1 when its subscriber has not
 # been heard since the cutoff) include every choice this gateway made before this one.
+# The requests sent count from a base (``sent_base``) set when the script first sees the
+# replica: 0 for every replica of a new set, the mean of the others for one that joins it.
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
 local members = nil
@@ -148,6 +150,7 @@ local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local chain = ARGV[4]
 local blocks = #chain / 8
 local state_ttl = tonumber(ARGV[5])
+local joined, known_sum, known_n = {}, 0, 0
 for a = 6, #ARGV, 4 do
   local state = KEYS[5 * tonumber(ARGV[a]) - 1]
   redis.call('HINCRBY', state, 'routed', ARGV[a + 1])
@@ -158,7 +161,7 @@ end
 for i = 1, #KEYS / 5 do
   local b = 5 * (i - 1)
   out[3 * i - 2] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
-  local state = redis.call('HMGET', KEYS[b + 4], 'seen', 'routed')
+  local state = redis.call('HMGET', KEYS[b + 4], 'seen', 'routed', 'sent_base')
   local seen = tonumber(state[1])
   local c = -1
   if seen and seen >= cutoff then
@@ -183,7 +186,25 @@ for i = 1, #KEYS / 5 do
     end
   end
   out[3 * i - 1] = c
-  out[3 * i] = tonumber(state[2]) or 0
+  local base = tonumber(state[3])
+  if base then
+    out[3 * i] = (tonumber(state[2]) or 0) + base
+    known_sum, known_n = known_sum + out[3 * i], known_n + 1
+  else
+    out[3 * i] = tonumber(state[2]) or 0
+    joined[#joined + 1] = i
+  end
+end
+-- a replica that joined the set (a new replica, or one whose entry went with its death or
+-- restart) starts at the mean of the others, so the bound asks for balance from now on and
+-- does not send it everything until it has caught up on the others' past
+local mean = 0
+if known_n > 0 then mean = math.floor(known_sum / known_n) end
+for _, i in ipairs(joined) do
+  local state = KEYS[5 * i - 1]
+  redis.call('HSET', state, 'sent_base', mean)
+  redis.call('EXPIRE', state, state_ttl)
+  out[3 * i] = out[3 * i] + mean
 end
 return out
 """

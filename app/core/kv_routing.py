@@ -11,7 +11,8 @@ ids. ``kv_choice`` turns that and the live loads into one replica:
 1. replicas within the bounded-load rule of today's policy (load + 1 <= ceil(c x share),
    with the same absolute floor, ``rendezvous.load_bound``) and, when the caller knows how
    many requests each replica was sent (``routed``), within ceil(c x share) of those too
-   (no floor: it is the balance over the run, the simulator's max/mean) are candidates;
+   (no floor: it is the balance over the run, the simulator's max/mean; the gateway's
+   index counts a replica that joins from the mean of the others) are candidates;
    when none is, the least loaded relative to its weight wins, as today;
 2. among candidates the most matched prefix tokens wins, less what its queue and its
    share of the requests sent cost (``QUEUE_SHARE`` of the prompt per request in flight,

@@ -146,6 +146,55 @@ def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_cl
         redis_client.delete(key)
 
 
+def test_a_replica_that_joins_counts_its_requests_sent_from_the_mean(app, redis_client):
+    """The bound on requests sent compares replicas' totals. A replica that joins the set
+    (scale-out, or back after its entry went with its death or restart) would count 0
+    against the others' whole past: every request would leave the replicas holding its
+    blocks until it caught up (a fifth of the others' history on 4 replicas). It starts at
+    the mean of the others instead; a new set starts at 0."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    from app.core.kv_routing import kv_choice
+    from app.core.rendezvous import ReplicaView
+    keys = Keys(app.config["REDIS_NAMESPACE"] + ":load-kv-join")
+    chain = [bytes([n]) * 32 for n in range(1, 9)]
+    try:
+        for rid in (1, 2, 3):
+            kv_index.apply_events(redis_client, keys, rid, [], seq=0)
+        ids = [1, 2, 3]
+        assert kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)[2] == {
+            1: 0.0, 2: 0.0, 3: 0.0}
+        # three gateways' tallies of earlier choices, added by the next call
+        got = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16,
+                                         tally={1: (300, 0, 0), 2: (280, 0, 0),
+                                                3: (310, 0, 0)})
+        assert got[2] == {1: 300.0, 2: 280.0, 3: 310.0}
+        # replica 1 holds the prompt; replica 3 dies and comes back (its entry starts
+        # anew), replica 4 is added
+        kv_index.apply_events(redis_client, keys, 1, [("BlockStored", chain)], seq=1)
+        kv_index.forget(redis_client, keys, 3)
+        kv_index.apply_events(redis_client, keys, 3, [], seq=0)
+        kv_index.apply_events(redis_client, keys, 4, [], seq=0)
+        ids = [1, 2, 3, 4]
+        loads, matched, routed = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)
+        assert routed == {1: 300.0, 2: 280.0, 3: 290.0, 4: 290.0}
+        views = [ReplicaView(id=i) for i in ids]
+        choice, how = kv_choice("k", views, matched, loads, prompt_tokens=128, routed=routed)
+        assert (choice.id, how) == (1, "kv")          # the holder of the prompt's blocks
+        # counted from 0, the joined replicas would take it (the holder over the bound)
+        from_zero = {**routed, 3: 0.0, 4: 0.0}
+        assert kv_choice("k", views, matched, loads, prompt_tokens=128,
+                         routed=from_zero)[0].id in (3, 4)
+        # the base is set once: later choices add to it, and every reader sees the same
+        got = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16, tally={4: (5, 0, 0)})
+        assert got[2] == {1: 300.0, 2: 280.0, 3: 290.0, 4: 295.0}
+        # the Routing page's count is the requests actually sent
+        assert kv_index.freshness(redis_client, keys, [4])[4]["routed"] == 5
+    finally:
+        for key in redis_client.scan_iter(f"{keys.ns}:*"):
+            redis_client.delete(key)
+
+
 def test_a_long_prompt_matches_its_leading_blocks_only(app, redis_client):
     """The script asks for a prompt's blocks in runs of 256: a match stops at the first
     block a replica lacks, on either side of a run's edge, and a prompt of 2,000 blocks
