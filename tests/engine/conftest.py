@@ -1,6 +1,7 @@
 """Engine fixtures: a tiny random Llama (SmolLM2 tokenizer) and running engine servers."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -64,6 +65,25 @@ class EngineProcess:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self._log.close()
+
+
+@contextlib.contextmanager
+def tiny_engines(tmp_path_factory, extras: list[list[str]], name: str = "tiny-served"):
+    """One healthy tiny-Llama engine per entry of ``extras`` (its extra arguments), all
+    stopped on the way out, whatever stopped some of them before."""
+    from app.engine.model import build_tiny_llama
+    model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+    logs = tmp_path_factory.mktemp("engine-logs")
+    engines = [EngineProcess(str(model), name, logs / f"e{i}.log", extra=extra)
+               for i, extra in enumerate(extras)]
+    try:
+        for e in engines:
+            e.wait_healthy()
+        yield engines
+    finally:
+        for e in engines:
+            if e.proc.poll() is None:
+                e.stop()
 
 
 @pytest.fixture(scope="session")

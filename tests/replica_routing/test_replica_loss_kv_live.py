@@ -19,7 +19,7 @@ from app.contract import kv_index
 from app.contract.keys import Keys
 from app.replica_routing.drill import run_replica_loss
 from tests.conftest import REDIS_URL
-from tests.engine.conftest import EngineProcess, free_port
+from tests.engine.conftest import free_port, tiny_engines
 from tests.gateway.conftest import make_world, publish_and_wait, wait_for
 from workers.pools.kv_subscriber import KVSubscriber
 
@@ -32,22 +32,10 @@ def _events_config(i: int) -> dict:
 
 @pytest.fixture(scope="module")
 def four_publishing_engines(tmp_path_factory):
-    from app.engine.model import build_tiny_llama
-    model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
-    logs = tmp_path_factory.mktemp("engine-logs")
     configs = [_events_config(i) for i in range(4)]
-    engines = [EngineProcess(str(model), "tiny-served", logs / f"e{i}.log",
-                             extra=["--max-prefix-tokens", "8192",
-                                    "--kv-events-config", json.dumps(cfg)])
-               for i, cfg in enumerate(configs)]
-    try:
-        for e in engines:
-            e.wait_healthy()
+    with tiny_engines(tmp_path_factory, [["--max-prefix-tokens", "8192", "--kv-events-config",
+                                          json.dumps(cfg)] for cfg in configs]) as engines:
         yield list(zip(engines, configs))
-    finally:
-        for e in engines:
-            if e.proc.poll() is None:
-                e.stop()
 
 
 @pytest.fixture()

@@ -7,25 +7,14 @@ from __future__ import annotations
 import pytest
 
 from app.replica_routing.drill import run_replica_loss
-from tests.engine.conftest import EngineProcess
+from tests.engine.conftest import tiny_engines
 from tests.gateway.conftest import make_world
 
 
 @pytest.fixture(scope="module")
 def four_engines(tmp_path_factory):
-    from app.engine.model import build_tiny_llama
-    model = build_tiny_llama(tmp_path_factory.mktemp("tiny") / "tiny-llama")
-    logs = tmp_path_factory.mktemp("engine-logs")
-    engines = [EngineProcess(str(model), "tiny-served", logs / f"e{i}.log",
-                             extra=["--max-prefix-tokens", "8192"]) for i in range(4)]
-    try:
-        for e in engines:
-            e.wait_healthy()
+    with tiny_engines(tmp_path_factory, [["--max-prefix-tokens", "8192"]] * 4) as engines:
         yield engines
-    finally:
-        for e in engines:
-            if e.proc.poll() is None:
-                e.stop()
 
 
 @pytest.fixture()
