@@ -9,4 +9,5 @@ export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # stay together on one (its module fixtures start once). Half the suite's time is spent
 # waiting on subprocesses, so two take 22.5 min down to 17-18 on a 2-core box.
 # SLUICE_TEST_WORKERS=0 runs it in this one process.
-exec .venv/bin/python -m pytest -n "${SLUICE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+exec .venv/bin/python -m pytest -n "${SLUICE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+    --durations=25 "$@"
