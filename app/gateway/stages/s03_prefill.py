@@ -27,7 +27,6 @@ from __future__ import annotations
 import itertools
 import logging
 
-from app.contract import kv_index
 from app.contract.inflight import read_loads_async
 from app.core.kv_routing import kv_choice
 from app.core.rendezvous import sluice_choice
