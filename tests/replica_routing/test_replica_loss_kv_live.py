@@ -97,6 +97,7 @@ def drill(app, gateway, frontier, four_publishing_engines):
         sub.close()
         for rid in live:
             kv_index.forget(r, keys, rid)
+        r.close()
 
 
 def test_losing_two_of_four_replicas_under_kv_events(drill):

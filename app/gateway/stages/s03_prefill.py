@@ -116,7 +116,7 @@ async def _kv_events(ctx: RequestContext, views: list):
         got = int(matched.get(choice.id, 0))
         ctx.telemetry["kv_matched_tokens"] = got
         ctx.telemetry["kv_prompt_tokens"] = prompt
-        _tally(ctx, choice.id, got, prompt)
+        _add(choice.id, 1, got, prompt)
     return choice, loads
 
 
@@ -135,10 +135,6 @@ def _add(replica_id, routed: int, matched: int, prompt: int) -> None:
     row[0] += routed
     row[1] += matched
     row[2] += prompt
-
-
-def _tally(ctx: RequestContext, replica_id, matched: int, prompt: int) -> None:
-    _add(replica_id, 1, matched, prompt)
 
 
 async def local_prefill(ctx: RequestContext) -> str:
