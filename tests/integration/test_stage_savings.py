@@ -17,7 +17,7 @@ from app.extensions import db
 from app.finops import rollups
 from app.finops.models import Rollup
 from app.ledger.models import SAVED_COLUMNS, LedgerEntry
-from tests.gateway.conftest import Server, make_world, publish_and_wait
+from tests.gateway.conftest import Server, make_world, publish_and_wait, wait_for
 from tests.gateway.test_cascade import known_workflow, msgs, publish_router, router_params
 from tests.integration.test_minify_engine import FMT, MSGS, _client_got_originals
 
@@ -40,7 +40,7 @@ def _stages(row: LedgerEntry) -> dict[str, Decimal]:
 
 
 def test_stage_savings_add_up_over_a_ledger_built_from_gateway_traffic(
-        app, gateway, engine, novice, frontier):
+        app, gateway, engine, novice, frontier, redis_client):
     # tier 1: a fake that is unsure on long prompts (S04 escalates those); tier 2: the
     # reference engine (writes the minified JSON); tier 3: the fake frontier, which reports
     # its prefix-cache reuse
@@ -59,6 +59,12 @@ def test_stage_savings_add_up_over_a_ledger_built_from_gateway_traffic(
     for text in ("first question", "second question"):   # the second reuses the prefix
         c.chat.completions.create(model="tier-3", temperature=0, messages=[
             system, {"role": "user", "content": text}])
+    # the cache writes off the request path (one writer thread), so the repeat is a hit only
+    # once the answers are stored: the suite once saw a miss, and alone 2 of the 3 were
+    # stored when the third answer came back
+    ns = app.config["REDIS_NAMESPACE"]
+    wait_for(lambda: redis_client.scard(f"{ns}:cache:t:{w.tenant.id}") >= 3,   # all 3 answers
+             what="cache store")
     hit = c.chat.completions.with_raw_response.create(model="tier-3", temperature=0, messages=[
         system, {"role": "user", "content": "first question"}])
     assert hit.headers["x-sluice-cache"] == "exact"
