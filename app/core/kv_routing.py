@@ -20,9 +20,10 @@ ids. ``kv_choice`` turns that and the live loads into one replica:
    long queue loses to an idle one, and new conversations on a shared prefix go to the
    holder with the fewest requests instead of piling on one;
 3. ties go to the rendezvous order of the request's affinity key, so every gateway process
-   with the same index, loads and tally makes the same choice, and requests no replica has seen
-   (nothing matched, or an index that is stale or empty) are exactly today's
-   ``sluice_choice``.
+   with the same index, loads and tally makes the same choice. A request no replica has seen
+   (nothing matched) is today's ``sluice_choice`` among the replicas within the bound on
+   requests sent (all of them when none is, or without a tally); with an index that is
+   stale or empty it is exactly today's ``sluice_choice``.
 
 ``match_counts`` is the index walk itself, on any mapping of block hash -> holders, so the
 simulator (fed by simulated events), the gateway (Redis) and the tests share it.
@@ -90,7 +91,11 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
         return None, "kv"
     loads = loads or {}
     if not any(matched.get(r.id, 0.0) > 0 for r in order):
-        return sluice_choice(key, replicas, loads, c), "rendezvous"
+        # nothing to keep: today's choice, among the replicas within the bound on requests
+        # sent when there is a tally (new sessions spread from the first request on, so a
+        # survivor of a replica loss is not left over the bound with its own sessions)
+        return sluice_choice(key, _within_sent(order, routed, c) or replicas, loads, c), \
+            "rendezvous"
     # per replica once, in HRW order (this runs per request on the gateway's event loop)
     load = [float(loads.get(r.id, 0.0)) for r in order]
     sent_of = routed or {}
@@ -133,3 +138,15 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
         if best_score is None or score > best_score:
             best, best_score = i, score
     return order[best], "kv"
+
+
+def _within_sent(order: Sequence[ReplicaView], routed: Mapping[Hashable, float] | None,
+                 c: float) -> list[ReplicaView]:
+    """The replicas whose requests sent + 1 stay within ceil(c x share) (none without a
+    tally)."""
+    if routed is None:
+        return []
+    total = sum(float(routed.get(r.id, 0.0)) for r in order)
+    weight = sum(r.weight for r in order)
+    return [r for r in order
+            if float(routed.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, weight, c)]

@@ -107,6 +107,29 @@ def test_the_bound_on_requests_sent_holds_whatever_the_index_says():
     assert max(sent.values()) / (sum(sent.values()) / 5) <= 1.25 + 5 / 2000
 
 
+def test_new_sessions_spread_within_the_bound_on_requests_sent():
+    # nothing matched: today's rendezvous choice, but never onto a replica over the bound
+    # on requests sent (12 new sessions on 4 replicas, one at a time: at most 4 on one;
+    # plain rendezvous put 4/2/2/4 in a drill, and after two replicas died the survivor
+    # with 4 went over the bound and pushed its own sessions off their history)
+    sent = {r.id: 0.0 for r in REPS}
+    for n in range(12):
+        key = f"s::session-{n}"
+        choice, how = kv_choice(key, REPS, {}, {}, prompt_tokens=500, routed=sent)
+        assert how == "rendezvous"
+        within = [r for r in REPS if sent[r.id] + 1 <= -(-1.25 * (n + 1) // 4)]
+        assert choice == sluice_choice(key, within, {}), (n, sent)
+        sent[choice.id] += 1
+    assert max(sent.values()) <= 4, sent
+    # one replica far ahead: a new session goes elsewhere even when rendezvous picks it
+    first = sluice_choice("s::new", REPS, {})
+    choice, _ = kv_choice("s::new", REPS, {}, {}, prompt_tokens=500,
+                          routed={r.id: 30.0 if r.id == first.id else 10.0 for r in REPS})
+    assert choice.id != first.id
+    # without a tally it is exactly today's choice
+    assert kv_choice("s::new", REPS, {}, {}, routed=None)[0] == first
+
+
 def test_without_the_tally_only_the_in_flight_bound_is_kept():
     # a gateway that cannot read the tally: the choice is the in-flight rule alone
     choice, _ = kv_choice("p:x", REPS, {0: 8000.0}, {}, prompt_tokens=8200,

@@ -109,14 +109,18 @@ def test_losing_two_of_four_replicas_under_kv_events(drill):
     assert res["served_by_dead_after_loss"] == 0, res
     assert res["sessions_on_dead_replicas"] > 0, res
     # before the loss the bound on requests sent spread the sessions (with a tally written
-    # once a second, 8 and 10 of the 12 sat on one replica and two replicas had none)
+    # once a second, 8 and 10 of the 12 sat on one replica and two replicas had none; with
+    # new sessions placed by rendezvous alone, 4/2/2/4, see below)
     assert max(res["sessions_per_replica"].values()) <= 2 * 12 // 4, res
     assert res["sessions_moved"] >= res["sessions_on_dead_replicas"], res
     after = [t["hit_rate"] for t in res["turns"] if t["after_loss"]]
     assert after[-1] > after[0], res["turns"]            # moved sessions rebuild their history
     # Only the dead replicas' sessions move: the live ones' blocks keep them home, and the
     # bound on requests sent (the gateways' tally, which rides on each S03 call) kept the
-    # replicas even before the loss, so it does not push survivors' sessions after it
+    # replicas even before the loss, so it does not push survivors' sessions after it. (When
+    # new sessions, which match nothing, were placed by rendezvous alone, a CI run put them
+    # 4/2/2/4; the survivors had sent 8 and 4, the moved sessions piled on one, and it went
+    # over the bound and pushed 4 of its own sessions off their history.)
     assert res["sessions_moved_from_live_replicas"] == 0, res
     # the stopped replicas held blocks, and the index dropped them
     assert any(n > 0 for n in drill["held_at_stop"].values()), drill["held_at_stop"]
