@@ -65,6 +65,9 @@ class SimParams:
     bounded_load_c: float = 1.25
     prefix_key_tokens: int = 4500
     seed: int = 1
+    # Salts every request's hash key (consistent_hash, sluice, kv_events): another, equally
+    # valid rendezvous / ring order. ``simulate_draws`` varies it with ``seed``.
+    key_salt: str = ""
 
 
 class RadixLRU:
@@ -215,6 +218,8 @@ class _Router:
         self.name, self.p, self.reps = name, p, reps
         self.index = index          # kv_events: block key -> replicas, from their events
         self.rng = random.Random(p.seed)
+        # after the key: its "s:" / "p:" kind decides how many choices sluice_choice weighs
+        self.salt = f"|{p.key_salt}" if p.key_salt else ""
         self.rr = 0
         self.views = [ReplicaView(id=i) for i in range(p.replicas)]
         if name == "consistent_hash":
@@ -242,12 +247,13 @@ class _Router:
             return self._least_loaded(now)
         if self.name == "consistent_hash":
             points, owners = self.ring
-            return owners[bisect.bisect(points, _h(req.key)) % len(points)]
+            return owners[bisect.bisect(points, _h(req.key + self.salt)) % len(points)]
         if self.name == "sluice":
             # as in production: in-flight plus queued (vllm:num_requests_waiting), and
             # the very policy S03 runs
             loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
-            return sluice_choice(req.key, self.views, loads, self.p.bounded_load_c).id
+            return sluice_choice(req.key + self.salt, self.views, loads,
+                                 self.p.bounded_load_c).id
         if self.name == "kv_events":
             return self._kv_events(req, now)
         if self.name == "prefix_trie":
@@ -270,7 +276,7 @@ class _Router:
         loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
         # requests sent so far: the gateway's own tally (app.contract.kv_index)
         routed = {i: r.served for i, r in enumerate(self.reps)}
-        return kv_choice(req.key, self.views, matched, loads, self.p.bounded_load_c,
+        return kv_choice(req.key + self.salt, self.views, matched, loads, self.p.bounded_load_c,
                          prompt_tokens=req.prompt_tokens, routed=routed)[0].id
 
     def _prefix_trie(self, req: Req) -> int:
@@ -385,6 +391,40 @@ def simulate(workload: Sequence[Mapping], params: SimParams | None = None,
     return {"policies": out, "requests": len(reqs), "replicas": p.replicas,
             "kv_tokens": p.kv_tokens, "load_unit": "requests served per replica",
             "prompt_tokens": sum(r.prompt_tokens for r in reqs)}
+
+
+# Policies whose run depends on neither the hash salt nor the random seed: one draw is all.
+DRAW_INVARIANT = frozenset({"round_robin", "cache_aware"})
+DRAW_FIGURES = ("hit_rate", "max_over_mean_load", "ttft_p50_ms", "ttft_p99_ms")
+
+
+def simulate_draws(workload: Sequence[Mapping], params: SimParams | None = None,
+                   policies: Sequence[str] = POLICIES, draws: int = 1,
+                   progress: Callable[[str], None] | None = None) -> dict:
+    """``simulate`` (draw 0, exactly), then ``draws - 1`` more runs of the same workload
+    with the hash keys salted and the random seed moved (draw k: salt ``str(k)``, seed +
+    k). One changed choice reorders every later one, so a tail figure such as TTFT p99 of
+    one run is one draw of a spread that can exceed the gap between two policies
+    (bench/results/prefix_routing_sim.txt). Adds ``"draws"``: per policy, each figure's
+    value in every draw, in draw order."""
+    from dataclasses import replace
+    p = params or SimParams()
+    first = simulate(workload, p, policies, progress)
+    if draws <= 1:
+        return first
+    reqs = prepare(workload, p.prefix_key_tokens)
+    out = {name: {f: [fig[f]] for f in DRAW_FIGURES}
+           for name, fig in first["policies"].items()}
+    for k in range(1, draws):
+        pk = replace(p, key_salt=str(k), seed=p.seed + k)
+        for name in first["policies"]:
+            fig = first["policies"][name] if name in DRAW_INVARIANT else \
+                simulate_policy(name, reqs, pk)
+            for f in DRAW_FIGURES:
+                out[name][f].append(fig[f])
+        if progress:
+            progress(f"draw {k + 1} of {draws}")
+    return {**first, "draws": out}
 
 
 def best_non_oracle(result: Mapping) -> tuple[str, float]:

@@ -46,6 +46,28 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def format_draws(result: dict) -> str:
+    """``--draws``: each policy's figures over the draws (median [min-max] of TTFT p99,
+    hit rate's median, worst max/mean), and how often kv_events' p99 was at or under
+    cache_aware's in the same draw."""
+    import statistics
+    draws = result["draws"]
+    n = len(next(iter(draws.values()))["ttft_p99_ms"])
+    lines = [f"over {n} draws (draw 0 is the table above; draw k salts every hash key with k "
+             "and moves the random seed by k; round_robin and cache_aware hash nothing, one draw)",
+             f"{'policy':<16} {'hit rate':>9} {'worst max/mean':>15} {'TTFT p99 median [min-max]':>30}"]
+    for name, d in draws.items():
+        p99 = d["ttft_p99_ms"]
+        lines.append(f"{name:<16} {statistics.median(d['hit_rate']):>9.1%} "
+                     f"{max(d['max_over_mean_load']):>15.3f} "
+                     f"{statistics.median(p99):>11.1f}ms [{min(p99):.1f}-{max(p99):.1f}]")
+    if "kv_events" in draws and "cache_aware" in draws:
+        k, ca = draws["kv_events"]["ttft_p99_ms"], draws["cache_aware"]["ttft_p99_ms"]
+        lines.append(f"kv_events TTFT p99 at or under cache_aware's in "
+                     f"{sum(a <= b for a, b in zip(k, ca))} of {n} draws")
+    return "\n".join(lines)
+
+
 PRESETS = ["seed", "deep_tree", "short_sessions", "hot_tenant"]
 
 
@@ -79,14 +101,18 @@ def preset_rows(preset: str, requests: int, rng_seed: int, rate: float | None = 
 @click.option("--c", "c", type=click.FloatRange(1.0), default=1.25, show_default=True,
               help="bounded-load factor of the sluice policy")
 @click.option("--policies", default="", help="comma-separated subset (default: all)")
+@click.option("--draws", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="also run the workload again this many times in all with the hash keys "
+              "salted and the random seed moved, and print each policy's spread: a tail "
+              "figure of one run is one draw")
 @click.option("--record", is_flag=True, help="keep the result for the console's Routing page")
 @click.option("--json", "as_json", is_flag=True, help="print JSON only")
 def prefix_routing(workload_path, preset, requests, rng_seed, replicas, kv_tokens,
                    block_tokens, concurrency, prefill_ms_per_token, decode_ms_per_token, c,
-                   policies, record, as_json):
+                   policies, draws, record, as_json):
     """Compare replica-choice policies on a workload (hit rate, balance, TTFT): a
     JSON-lines file (``sim workload`` writes one), or a preset generated in place."""
-    from app.core.prefix_sim import POLICIES, SimParams, simulate
+    from app.core.prefix_sim import POLICIES, SimParams, simulate_draws
     names = [p.strip() for p in policies.split(",") if p.strip()] or list(POLICIES)
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
@@ -103,11 +129,17 @@ def prefix_routing(workload_path, preset, requests, rng_seed, replicas, kv_token
             click.echo(f"workload: {source} (--workload FILE to use your own)", err=True)
     else:
         rows, source = read_workload(workload_path), workload_path
-    result = simulate(rows, params, names)
+    progress = None if as_json or draws == 1 else (lambda what: click.echo(what, err=True))
+    result = simulate_draws(rows, params, names, draws, progress)
     if record:
         from app.replica_routing.service import record_simulation
-        record_simulation(result, {"workload": source, **params.__dict__})
-    click.echo(json.dumps(result) if as_json else format_table(result))
+        record_simulation(result, {"workload": source, "draws": draws, **params.__dict__})
+    if as_json:
+        click.echo(json.dumps(result))
+    else:
+        click.echo(format_table(result))
+        if "draws" in result:
+            click.echo(format_draws(result))
 
 
 @sim_cli.command("workload")

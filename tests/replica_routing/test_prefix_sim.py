@@ -104,3 +104,46 @@ def test_one_replica_with_ample_cache_sees_the_seed_single_node_hit_rate():
     res = simulate(seed_workload(3000, seed=28), SimParams(replicas=1, kv_tokens=10**8),
                    ["round_robin"])
     assert 0.87 <= res["policies"]["round_robin"]["hit_rate"] <= 0.93
+
+
+def test_draws_salt_the_hash_order_and_keep_draw_zero():
+    """``simulate_draws``: draw 0 is ``simulate`` exactly; draw k is the same workload with
+    every hash key salted with k (after the key, so a session key stays a session key) and
+    the seed moved by k; policies that hash nothing and draw nothing run once."""
+    from dataclasses import replace
+
+    from app.core.prefix_sim import (DRAW_INVARIANT, _Router, _Replica, prepare,
+                                     simulate_draws, simulate_policy)
+    from app.core.rendezvous import ReplicaView, sluice_choice
+    from app.replica_routing.workload import shaped_workload
+    rows = json_rows(shaped_workload("short_sessions", 600, seed=4))
+    p = SimParams(replicas=4, kv_tokens=20_000)
+    names = ["round_robin", "cache_aware", "consistent_hash", "sluice", "kv_events"]
+    got = simulate_draws(rows, p, names, draws=3)
+    assert got["policies"] == simulate(rows, p, names)["policies"]
+    for name in names:
+        d = got["draws"][name]
+        assert all(len(v) == 3 for v in d.values())
+        assert d["hit_rate"][0] == got["policies"][name]["hit_rate"]
+        if name in DRAW_INVARIANT:
+            assert len(set(d["ttft_p99_ms"])) == 1
+    reqs = prepare(rows, p.prefix_key_tokens)
+    salted = replace(p, key_salt="2", seed=p.seed + 2)
+    assert got["draws"]["kv_events"]["ttft_p99_ms"][2] == \
+        simulate_policy("kv_events", reqs, salted)["ttft_p99_ms"]
+    # another hash order is another run
+    assert any(len(set(got["draws"][n]["ttft_p99_ms"])) > 1 or
+               len(set(got["draws"][n]["max_over_mean_load"])) > 1
+               for n in ("consistent_hash", "sluice", "kv_events"))
+    # the salt follows the key: a session keeps sluice_choice's session rule
+    router = _Router("sluice", salted, [_Replica(RadixLRU(1000)) for _ in range(4)])
+    for r in router.reps:
+        r.slots = [0.0] * salted.concurrency
+    req = next(q for q in reqs if q.key.startswith("s:"))
+    want = sluice_choice(req.key + "|2", [ReplicaView(id=i) for i in range(4)],
+                         {i: 0 for i in range(4)}, salted.bounded_load_c)
+    assert router.choose(req, 0.0) == want.id
+
+
+def json_rows(rows: list) -> list:
+    return [json.loads(line) for line in to_lines(rows)]

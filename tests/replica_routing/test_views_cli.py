@@ -173,3 +173,24 @@ def test_prefix_routing_without_a_file_simulates_a_preset_as_its_file_would(app,
                                 "200", "--policies", "sluice,round_robin"])
     assert table.exit_code == 0, table.output
     assert "200 requests, 2 replicas" in table.output and "preset seed" in table.output
+
+
+def test_prefix_routing_draws_print_each_policys_spread(app, runner):
+    """``--draws N`` runs the workload N times (hash keys salted, seed moved) and prints each
+    policy's TTFT p99 spread under the table, which stays draw 0."""
+    args = ["sim", "prefix-routing", "--preset", "short_sessions", "--requests", "400",
+            "--replicas", "4", "--kv-tokens", "20000",
+            "--policies", "cache_aware,kv_events,oracle"]
+    one = runner.invoke(args=[*args, "--json"])
+    three = runner.invoke(args=[*args, "--json", "--draws", "3"])
+    assert one.exit_code == 0 and three.exit_code == 0, three.output
+    got = json.loads(three.output)
+    assert got["policies"] == json.loads(one.output)["policies"]
+    assert {len(v) for d in got["draws"].values() for v in d.values()} == {3}
+    table = runner.invoke(args=[*args, "--draws", "3"])
+    assert table.exit_code == 0, table.output
+    assert "over 3 draws" in table.output
+    assert "kv_events TTFT p99 at or under cache_aware's in" in table.output
+    assert "of 3 draws" in table.output
+    bad = runner.invoke(args=[*args, "--draws", "0"])
+    assert bad.exit_code != 0 and "--draws" in bad.output
