@@ -409,9 +409,10 @@ def simulate_draws(workload: Sequence[Mapping], params: SimParams | None = None,
     value in every draw, in draw order."""
     from dataclasses import replace
     p = params or SimParams()
-    first = simulate(workload, p, policies, progress)
     if draws <= 1:
-        return first
+        return simulate(workload, p, policies, progress)
+    first = simulate(workload, p, policies,
+                     (lambda name: progress(f"draw 1 of {draws}: {name}")) if progress else None)
     reqs = prepare(workload, p.prefix_key_tokens)
     out = {name: {f: [fig[f]] for f in DRAW_FIGURES}
            for name, fig in first["policies"].items()}
@@ -423,7 +424,7 @@ def simulate_draws(workload: Sequence[Mapping], params: SimParams | None = None,
             for f in DRAW_FIGURES:
                 out[name][f].append(fig[f])
         if progress:
-            progress(f"draw {k + 1} of {draws}")
+            progress(f"draw {k + 1} of {draws} done")
     return {**first, "draws": out}
 
 

@@ -53,9 +53,10 @@ def format_draws(result: dict) -> str:
     import statistics
     draws = result["draws"]
     n = len(next(iter(draws.values()))["ttft_p99_ms"])
-    lines = [f"over {n} draws (draw 0 is the table above; draw k salts every hash key with k "
-             "and moves the random seed by k; round_robin and cache_aware hash nothing, one draw)",
-             f"{'policy':<16} {'hit rate':>9} {'worst max/mean':>15} {'TTFT p99 median [min-max]':>30}"]
+    lines = [f"over {n} draws: draw 0 is the table above, draw k salts every hash key with k",
+             "and moves the random seed by k (round_robin and cache_aware hash nothing: one draw)",
+             f"{'policy':<16} {'hit rate':>9} {'worst max/mean':>15} "
+             f"{'TTFT p99 median [min-max]':>30}"]
     for name, d in draws.items():
         p99 = d["ttft_p99_ms"]
         lines.append(f"{name:<16} {statistics.median(d['hit_rate']):>9.1%} "
