@@ -501,11 +501,13 @@ def train_adapter(adapter_id: int) -> dict[str, Any]:
                                                        "base_concordance")}})
         return {"adapter_id": adapter_id, "state": adapter.state, "sha256": adapter.sha256}
     except _Cancelled:
-        tmp = _drop(tmp)      # before the adapter says it stopped: nothing is left then
+        _drop(tmp)            # before the adapter says it stopped: nothing is left then
+        tmp = None
         return _stopped(adapter_id, "cancelled")
     except Exception as exc:  # noqa: BLE001 - every failure is the adapter's "failed"
         log.exception("adapter %s: training failed", adapter_id)
-        tmp = _drop(tmp)
+        _drop(tmp)
+        tmp = None
         return _stopped(adapter_id, "failed", f"{type(exc).__name__}: {exc}")
     finally:
         _drop(tmp)

@@ -380,7 +380,11 @@ def simulate(workload: Sequence[Mapping], params: SimParams | None = None,
              progress: Callable[[str], None] | None = None) -> dict:
     """Every policy over the same workload: ``{"policies": {name: figures}, ...}``."""
     p = params or SimParams()
-    reqs = prepare(workload, p.prefix_key_tokens)
+    return _simulate(prepare(workload, p.prefix_key_tokens), p, policies, progress)
+
+
+def _simulate(reqs: Sequence[Req], p: SimParams, policies: Sequence[str],
+              progress: Callable[[str], None] | None) -> dict:
     out = {}
     for name in policies:
         if name not in POLICIES:
@@ -411,9 +415,9 @@ def simulate_draws(workload: Sequence[Mapping], params: SimParams | None = None,
     p = params or SimParams()
     if draws <= 1:
         return simulate(workload, p, policies, progress)
-    first = simulate(workload, p, policies,
-                     (lambda name: progress(f"draw 1 of {draws}: {name}")) if progress else None)
     reqs = prepare(workload, p.prefix_key_tokens)
+    first = _simulate(reqs, p, policies,
+                      (lambda name: progress(f"draw 1 of {draws}: {name}")) if progress else None)
     out = {name: {f: [fig[f]] for f in DRAW_FIGURES}
            for name, fig in first["policies"].items()}
     for k in range(1, draws):

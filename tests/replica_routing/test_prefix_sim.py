@@ -116,7 +116,7 @@ def test_draws_salt_the_hash_order_and_keep_draw_zero():
                                      simulate_draws, simulate_policy)
     from app.core.rendezvous import ReplicaView, sluice_choice
     from app.replica_routing.workload import shaped_workload
-    rows = json_rows(shaped_workload("short_sessions", 600, seed=4))
+    rows = shaped_workload("short_sessions", 600, seed=4)
     p = SimParams(replicas=4, kv_tokens=20_000)
     names = ["round_robin", "cache_aware", "consistent_hash", "sluice", "kv_events"]
     got = simulate_draws(rows, p, names, draws=3)
@@ -143,7 +143,3 @@ def test_draws_salt_the_hash_order_and_keep_draw_zero():
     want = sluice_choice(req.key + "|2", [ReplicaView(id=i) for i in range(4)],
                          {i: 0 for i in range(4)}, salted.bounded_load_c)
     assert router.choose(req, 0.0) == want.id
-
-
-def json_rows(rows: list) -> list:
-    return [json.loads(line) for line in to_lines(rows)]
