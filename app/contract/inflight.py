@@ -11,6 +11,12 @@ Layout (``<ns>`` is the Redis namespace):
   also expire (2 x ``ttl_s``) when nobody writes them.
 - ``<ns>:replica:<id>:stats``  hash written by the pool's metrics scraper; this module
   reads its ``num_requests_waiting`` field.
+- ``<ns>:replica:<id>:pending``  hash, same fields, value = the prompt tokens that process
+  sent the replica unmatched by the KV index (S03 ``kv_events``) on streamed requests
+  whose first token has not come yet: the prefill the replica still has to do. Written
+  with the count (a first token only lowers the process's own figure, which its next
+  write on the replica, or the refresh, carries: no round trip of its own), read through
+  the same seen times.
 
 Load of a replica = live in-flight (all gateways) + scraped ``num_requests_waiting``.
 A request queued inside the engine thus counts twice: a replica that has started to queue
@@ -165,17 +171,24 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
 
 # One replica's count for this gateway in one call (acquire and release run it per proxied
 # request: a 4-command pipeline cost the gateway about three times the CPU of one EVALSHA).
-# KEYS: inflight, inflight_seen; ARGV: gateway id, count, now, expiry (s). A count of 0
-# removes the gateway's fields.
+# KEYS: inflight, inflight_seen, pending; ARGV: gateway id, count, now, expiry (s), pending
+# prompt tokens. A count of 0 removes the gateway's fields; a pending of 0 its pending one.
 _BUMP_LUA = """
 if tonumber(ARGV[2]) <= 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[2], ARGV[1])
+  redis.call('HDEL', KEYS[3], ARGV[1])
 else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[4])
+  if tonumber(ARGV[5]) > 0 then
+    redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
+    redis.call('EXPIRE', KEYS[3], ARGV[4])
+  else
+    redis.call('HDEL', KEYS[3], ARGV[1])
+  end
 end
 return 1
 """
@@ -190,18 +203,41 @@ class _TrackerBase:
         self.gateway_id = gateway_id or gateway_process_id()
         self.ttl_s = ttl_s
         self.local: Counter = Counter()
+        self.pending: Counter = Counter()   # prompt tokens awaiting prefill, per replica
 
     def _write(self, replica_id: Hashable, count: int) -> tuple[list, list]:
-        """``_BUMP``'s (keys, args): this process's count on ``replica_id``, seen now."""
-        return ([self.k.replica_inflight(replica_id), self.k.replica_inflight_seen(replica_id)],
-                [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s])
+        """``_BUMP``'s (keys, args): this process's count and pending prefill on
+        ``replica_id``, seen now."""
+        k = self.k
+        return ([k.replica_inflight(replica_id), k.replica_inflight_seen(replica_id),
+                 k.replica_pending(replica_id)],
+                [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s,
+                 self.pending.get(replica_id, 0) if count else 0])
 
-    def _bump(self, replica_id: Hashable, delta: int) -> tuple[list, list]:
+    def _bump(self, replica_id: Hashable, delta: int, pending: int) -> tuple[list, list]:
         self.local[replica_id] = max(0, self.local[replica_id] + delta)
         count = self.local[replica_id]
         if count == 0:
             del self.local[replica_id]
+        if pending:
+            self._pend(replica_id, pending if delta > 0 else -pending)
+        if count == 0:
+            self.pending.pop(replica_id, None)
         return self._write(replica_id, count)
+
+    def _pend(self, replica_id: Hashable, delta: int) -> None:
+        left = self.pending[replica_id] + delta
+        if left > 0:
+            self.pending[replica_id] = left
+        else:
+            self.pending.pop(replica_id, None)
+
+    def prefilled(self, replica_id: Hashable, pending: int) -> None:
+        """A request's first token came: the ``pending`` prompt tokens it was acquired with
+        are prefilled. Only this process's figure changes here; its next write on the
+        replica (an acquire, a release, the refresh) carries it."""
+        if pending:
+            self._pend(replica_id, -pending)
 
     def _live(self) -> list[tuple[list, list]]:
         """What ``refresh`` writes: every count this process holds, seen now."""
@@ -212,11 +248,15 @@ class InflightTracker(_TrackerBase):
     """This gateway process's in-flight counts. Call ``refresh()`` every ``ttl_s / 3``
     seconds while requests are in flight, or the load expires for readers."""
 
-    def acquire(self, replica_id: Hashable) -> None:
-        _BUMP(self.redis, *self._bump(replica_id, +1))
+    def acquire(self, replica_id: Hashable, pending: int = 0) -> None:
+        """One more request in flight on the replica, with ``pending`` prompt tokens it
+        has still to prefill (0 when not known or not streamed)."""
+        _BUMP(self.redis, *self._bump(replica_id, +1, pending))
 
-    def release(self, replica_id: Hashable) -> None:
-        _BUMP(self.redis, *self._bump(replica_id, -1))
+    def release(self, replica_id: Hashable, pending: int = 0) -> None:
+        """The request is done; ``pending``: what it still counted (its tokens when no
+        first token came, else 0)."""
+        _BUMP(self.redis, *self._bump(replica_id, -1, pending))
 
     def refresh(self) -> None:
         for write in self._live():
@@ -234,11 +274,11 @@ class InflightTracker(_TrackerBase):
 class AsyncInflightTracker(_TrackerBase):
     """``InflightTracker`` on ``redis.asyncio``, for the Starlette gateway."""
 
-    async def acquire(self, replica_id: Hashable) -> None:
-        await _BUMP.acall(self.redis, *self._bump(replica_id, +1))
+    async def acquire(self, replica_id: Hashable, pending: int = 0) -> None:
+        await _BUMP.acall(self.redis, *self._bump(replica_id, +1, pending))
 
-    async def release(self, replica_id: Hashable) -> None:
-        await _BUMP.acall(self.redis, *self._bump(replica_id, -1))
+    async def release(self, replica_id: Hashable, pending: int = 0) -> None:
+        await _BUMP.acall(self.redis, *self._bump(replica_id, -1, pending))
 
     async def refresh(self) -> None:
         for write in self._live():

@@ -134,16 +134,31 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 
 
 # S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
-# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, the
-# request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then the
-# gateway's tally of its earlier choices not yet written, (replica's place in KEYS /5,
+# kv state, kv blocks, pending); ARGV: now, the loads' ttl, the index's staleness cutoff,
+# the request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then
+# the gateway's tally of its earlier choices not yet written, (replica's place in KEYS /6,
 # requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
 # requests sent that the script returns per replica (with its load, a string,
-# ``LOAD_LUA``, and the number of leading blocks it holds, -1 when its subscriber has not
-# been heard since the cutoff) include every choice this gateway made before this one.
+# ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has not
+# been heard since the cutoff, and the prompt tokens the live gateways sent it that await
+# their first token, ``inflight``'s pending hash) include every choice this gateway made
+# before this one.
 # The requests sent count from a base (``sent_base``) set when the script first sees the
 # replica: 0 for every replica of a new set, the mean of the others for one that joins it.
 _ROUTE_LUA = LOAD_LUA + """
+local function replica_pending(pending, seen, now, ttl)
+  local raw = redis.call('HGETALL', pending)
+  if #raw == 0 then return 0 end
+  local fields = {}
+  for j = 1, #raw, 2 do fields[#fields + 1] = raw[j] end
+  local at = redis.call('HMGET', seen, unpack(fields))
+  local sum = 0
+  for j = 1, #fields do
+    if now - (tonumber(at[j]) or 0) <= ttl then sum = sum + (tonumber(raw[2 * j]) or 0) end
+  end
+  if sum < 0 then sum = 0 end
+  return sum
+end
 local out = {}
 local members = nil
 local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -152,15 +167,16 @@ local blocks = #chain / 8
 local state_ttl = tonumber(ARGV[5])
 local joined, known_sum, known_n = {}, 0, 0
 for a = 6, #ARGV, 4 do
-  local state = KEYS[5 * tonumber(ARGV[a]) - 1]
+  local state = KEYS[6 * tonumber(ARGV[a]) - 2]
   redis.call('HINCRBY', state, 'routed', ARGV[a + 1])
   redis.call('HINCRBY', state, 'routed_matched', ARGV[a + 2])
   redis.call('HINCRBY', state, 'routed_prompt', ARGV[a + 3])
   redis.call('EXPIRE', state, state_ttl)
 end
-for i = 1, #KEYS / 5 do
-  local b = 5 * (i - 1)
-  out[3 * i - 2] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
+for i = 1, #KEYS / 6 do
+  local b = 6 * (i - 1)
+  out[4 * i - 3] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
+  out[4 * i] = replica_pending(KEYS[b + 6], KEYS[b + 2], now, ttl)
   local state = redis.call('HMGET', KEYS[b + 4], 'seen', 'routed', 'sent_base')
   local seen = tonumber(state[1])
   local c = -1
@@ -185,13 +201,13 @@ for i = 1, #KEYS / 5 do
       end
     end
   end
-  out[3 * i - 1] = c
+  out[4 * i - 2] = c
   local base = tonumber(state[3])
   if base then
-    out[3 * i] = (tonumber(state[2]) or 0) + base
-    known_sum, known_n = known_sum + out[3 * i], known_n + 1
+    out[4 * i - 1] = (tonumber(state[2]) or 0) + base
+    known_sum, known_n = known_sum + out[4 * i - 1], known_n + 1
   else
-    out[3 * i] = tonumber(state[2]) or 0
+    out[4 * i - 1] = tonumber(state[2]) or 0
     joined[#joined + 1] = i
   end
 end
@@ -201,10 +217,10 @@ end
 local mean = 0
 if known_n > 0 then mean = math.floor(known_sum / known_n) end
 for _, i in ipairs(joined) do
-  local state = KEYS[5 * i - 1]
+  local state = KEYS[6 * i - 2]
   redis.call('HSET', state, 'sent_base', mean)
   redis.call('EXPIRE', state, state_ttl)
-  out[3 * i] = out[3 * i] + mean
+  out[4 * i - 1] = out[4 * i - 1] + mean
 end
 return out
 """
@@ -220,7 +236,8 @@ def _route_keys(keys: Keys, replica_ids) -> list[str]:
     names: list[str] = []
     for rid in replica_ids:
         names += load_keys(keys, [rid])
-        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
+        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid),
+                  keys.replica_pending(rid)]
     return names
 
 
@@ -241,28 +258,34 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
     return names, args
 
 
-def _parse_route(replica_ids, got, block_tokens: int) -> tuple[dict, dict | None, dict]:
-    loads, matched, routed, fresh = {}, {}, {}, False
+def _parse_route(replica_ids, got, block_tokens: int
+                 ) -> tuple[dict, dict | None, dict, dict]:
+    loads, matched, routed, pending, fresh = {}, {}, {}, {}, False
     for i, rid in enumerate(replica_ids):
-        loads[rid] = parse_load(got[3 * i])
-        n = int(got[3 * i + 1])
+        j = 4 * i
+        loads[rid] = parse_load(got[j])
+        n = int(got[j + 1])
         fresh = fresh or n >= 0
         if n > 0:
             matched[rid] = float(n * block_tokens)
-        routed[rid] = float(int(got[3 * i + 2]))
-    return loads, (matched if fresh else None), routed
+        routed[rid] = float(int(got[j + 2]))
+        ahead = int(got[j + 3])
+        if ahead:
+            pending[rid] = float(ahead)
+    return loads, (matched if fresh else None), routed, pending
 
 
 def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
                       chain: Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
                       load_ttl_s: int = LOAD_TTL_S,
                       tally: Mapping[object, Sequence[int]] | None = None
-                      ) -> tuple[dict, dict | None, dict]:
+                      ) -> tuple[dict, dict | None, dict, dict]:
     """What ``kv_choice`` weighs, in one round trip: (loads as
     ``app.contract.inflight.read_loads`` gives them, matched leading prompt tokens per
     replica for the request's block-hash ``chain`` or None when no replica's index is
     fresh (the caller falls back to rendezvous), requests the gateways sent each replica
-    while its index entry lived). ``tally``: the caller's choices not yet counted, per
+    while its index entry lived, prompt tokens awaiting prefill per replica, only those
+    above 0). ``tally``: the caller's choices not yet counted, per
     replica of ``replica_ids`` (requests, matched prompt tokens, prompt tokens), added to
     the replicas' state hashes (the bound on requests sent, the Routing page's matched
     share) before they are read; entries for other replicas are left out."""
@@ -274,7 +297,7 @@ async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[objec
                                   chain: Sequence[bytes], block_tokens: int, *,
                                   stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S,
                                   tally: Mapping[object, Sequence[int]] | None = None
-                                  ) -> tuple[dict, dict | None, dict]:
+                                  ) -> tuple[dict, dict | None, dict, dict]:
     """``read_route_inputs`` on an asyncio Redis client (the gateway's)."""
     got = await _ROUTE.acall(redis, *_route_call(keys, replica_ids, chain, stale_s,
                                                  load_ttl_s, tally))

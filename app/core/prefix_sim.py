@@ -22,6 +22,10 @@ tie-break, never forgets), cache-aware (SGLang-router style: shortest queue when
 imbalanced, else best match above ``cache_threshold``, else smallest tree), sluice
 (``rendezvous.sluice_choice``, the policy S03 runs, keyed by session id else static-prefix
 hash; load = in flight + queued),
+kv_events (``kv_routing.kv_choice``, the policy S03 runs with replica_choice kv_events, on an
+index fed only by the replicas' stored/removed events, with the requests sent per replica
+and the prompt tokens sent unmatched that await their first token; a ``stream_share`` of
+the requests stream, and only theirs count there, as in the gateway),
 oracle (one pooled cache of replicas x kv_tokens that every replica reads, as if KV moved
 for free, with least-loaded dispatch: an upper bound on both hit rate and balance).
 
@@ -68,6 +72,9 @@ class SimParams:
     # Salts every request's hash key (consistent_hash, sluice, kv_events): another, equally
     # valid rendezvous / ring order. ``simulate_draws`` varies it with ``seed``.
     key_salt: str = ""
+    # Share of requests that stream (kv_events' pending prefill counts only those: the
+    # gateway sees their first token; a spread subset, the same for every policy)
+    stream_share: float = 1.0
 
 
 class RadixLRU:
@@ -217,6 +224,11 @@ class _Router:
                  index: dict[int, set[int]] | None = None) -> None:
         self.name, self.p, self.reps = name, p, reps
         self.index = index          # kv_events: block key -> replicas, from their events
+        # kv_events: prompt tokens sent unmatched per replica whose first token has not come
+        # (the gateway's in-flight tracker), released at their first token
+        self.pending = {i: 0.0 for i in range(p.replicas)}
+        self.pending_q: list = []   # heap of (first token at, replica, tokens)
+        self.unmatched = 0.0        # the last kv_events choice's prompt tokens not matched
         self.rng = random.Random(p.seed)
         # after the key: its "s:" / "p:" kind decides how many choices sluice_choice weighs
         self.salt = f"|{p.key_salt}" if p.key_salt else ""
@@ -276,8 +288,16 @@ class _Router:
         loads = {i: r.inflight(now) + r.waiting(now) for i, r in enumerate(self.reps)}
         # requests sent so far: the gateway's own tally (app.contract.kv_index)
         routed = {i: r.served for i, r in enumerate(self.reps)}
-        return kv_choice(req.key + self.salt, self.views, matched, loads, self.p.bounded_load_c,
-                         prompt_tokens=req.prompt_tokens, routed=routed)[0].id
+        q = self.pending_q
+        while q and q[0][0] <= now:
+            _, rep, tokens = heapq.heappop(q)
+            self.pending[rep] -= tokens
+        choice = kv_choice(req.key + self.salt, self.views, matched, loads,
+                           self.p.bounded_load_c, prompt_tokens=req.prompt_tokens,
+                           routed=routed, pending=self.pending)[0].id
+        # as the gateway: the prompt it did not find on the choice, by the index
+        self.unmatched = max(0.0, req.prompt_tokens - matched.get(choice, 0.0))
+        return choice
 
     def _prefix_trie(self, req: Req) -> int:
         # production-stack style: longest matched prefix wins, random among the replicas
@@ -330,6 +350,12 @@ def _publisher(index: dict[int, set[int]], replica: int) -> Callable[[str, int],
     return apply
 
 
+def _streams(i: int, share: float) -> bool:
+    """Whether request ``i`` streams: a spread ``share`` of the requests (Knuth's
+    multiplicative hash of the index), the same for every policy and draw."""
+    return share >= 1.0 or (i * 2654435761) % 1000 < 1000 * share
+
+
 def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
     """One policy over the whole workload; returns its figures."""
     import numpy as np   # here, so the CLI that reads DEFAULT_KV_TOKENS loads without it
@@ -348,7 +374,8 @@ def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
     ttft = np.empty(len(reqs))
     for i, req in enumerate(reqs):
         now = req.arrival_ms
-        rep = reps[router.choose(req, now)]
+        choice = router.choose(req, now)
+        rep = reps[choice]
         cached = rep.cache.insert(req.segs)
         usable = (req.prompt_tokens - 1) // p.block_tokens * p.block_tokens
         hit = min(cached // p.block_tokens * p.block_tokens, max(0, usable))
@@ -365,6 +392,9 @@ def simulate_policy(name: str, reqs: Sequence[Req], p: SimParams) -> dict:
         rep.served += 1
         rep.busy_ms += end - now
         ttft[i] = first - now
+        if name == "kv_events" and _streams(i, p.stream_share):
+            router.pending[choice] += router.unmatched
+            heapq.heappush(router.pending_q, (first, choice, router.unmatched))
     served = np.array([r.served for r in reps], dtype=float)
     busy = np.array([r.busy_ms for r in reps], dtype=float)
     return {"hit_rate": round(hit_total / max(1, prompt_total), 4),

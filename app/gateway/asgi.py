@@ -196,17 +196,25 @@ class Gateway:
         if replica_id is None:
             return
         ctx.inflight_replica = replica_id
+        plan = ctx.kv_unmatched    # S03's prefill estimate holds for its own choice only
+        ctx.inflight_pending = plan[1] if plan is not None and plan[0] == replica_id else 0
         try:
-            await self.inflight.acquire(replica_id)
+            await self.inflight.acquire(replica_id, ctx.inflight_pending)
         except Exception as exc:  # noqa: BLE001 - load is advisory
             log.debug("in-flight acquire failed: %s", exc)
+
+    def prefilled(self, ctx: RequestContext) -> None:
+        if ctx.inflight_pending and ctx.inflight_replica is not None:
+            self.inflight.prefilled(ctx.inflight_replica, ctx.inflight_pending)
+        ctx.inflight_pending = 0
 
     async def untrack_replica(self, ctx: RequestContext) -> None:
         rid, ctx.inflight_replica = ctx.inflight_replica, None
         if rid is None:
             return
+        pending, ctx.inflight_pending = ctx.inflight_pending, 0
         try:
-            await self.inflight.release(rid)
+            await self.inflight.release(rid, pending)
         except Exception as exc:  # noqa: BLE001
             log.debug("in-flight release failed: %s", exc)
 

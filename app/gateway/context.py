@@ -33,7 +33,11 @@ class GatewayServices(Protocol):
     tool_memory: SharedWorkflowMemory   # S02's tool retrieval memory (sync Redis client)
 
     async def track_replica(self, ctx: RequestContext, replica_id: Any) -> None:
-        """Count ``ctx`` in flight on ``replica_id`` until it is booked."""
+        """Count ``ctx`` in flight on ``replica_id`` until it is booked (with the prompt
+        tokens it left S03 to prefill there, ``ctx.kv_unmatched``, until its first token)."""
+
+    def prefilled(self, ctx: RequestContext) -> None:
+        """``ctx``'s first token came: its replica has no prefill left to do for it."""
 
     async def release_budget(self, ctx: RequestContext) -> None:
         """Settle the request's budget hold now at cost 0 (a cache hit)."""
@@ -81,6 +85,8 @@ class RequestContext:
     adapter: str | None = None              # the LoRA adapter S04 asked for (app.gateway.adapters)
     explore_sampled: bool | None = None     # drawn for tier-1 exploration (app.gateway.shadow)
     inflight_replica: Any = None            # replica id counted in flight (released on book)
+    inflight_pending: int = 0               # prompt tokens counted awaiting prefill there
+    kv_unmatched: tuple | None = None       # S03 kv_events: (replica id, tokens it must prefill)
     failed_replicas: set = field(default_factory=set)
     escalated: bool = False
     margin: float | None = None

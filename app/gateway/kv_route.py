@@ -450,9 +450,10 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
 
 async def route_inputs(services, replica_ids: list, chain: list[bytes],
                        tally: dict | None = None, block_tokens: int = BLOCK_TOKENS
-                       ) -> tuple[dict, dict | None, dict] | None:
+                       ) -> tuple[dict, dict | None, dict, dict] | None:
     """(loads, matched prompt tokens per replica or None when the index is stale or empty
-    of fresh replicas, requests sent per replica) from Redis in one round trip, which also
+    of fresh replicas, requests sent per replica, prompt tokens awaiting prefill per
+    replica) from Redis in one round trip, which also
     adds ``tally`` (this process's choices not yet counted); None when Redis is out (the
     caller falls back, without loads, and keeps its tally)."""
     try:

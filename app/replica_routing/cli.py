@@ -101,6 +101,10 @@ def preset_rows(preset: str, requests: int, rng_seed: int, rate: float | None = 
 @click.option("--decode-ms-per-token", type=float, default=15.0, show_default=True)
 @click.option("--c", "c", type=click.FloatRange(1.0), default=1.25, show_default=True,
               help="bounded-load factor of the sluice policy")
+@click.option("--stream-share", type=click.FloatRange(0.0, 1.0), default=1.0,
+              show_default=True, help="share of requests that stream: kv_events counts "
+              "the prefill a replica has still to do only for those (the gateway sees "
+              "their first token)")
 @click.option("--policies", default="", help="comma-separated subset (default: all)")
 @click.option("--draws", type=click.IntRange(1, 100), default=1, show_default=True,
               help="also run the workload again this many times in all with the hash keys "
@@ -110,7 +114,7 @@ def preset_rows(preset: str, requests: int, rng_seed: int, rate: float | None = 
 @click.option("--json", "as_json", is_flag=True, help="print JSON only")
 def prefix_routing(workload_path, preset, requests, rng_seed, replicas, kv_tokens,
                    block_tokens, concurrency, prefill_ms_per_token, decode_ms_per_token, c,
-                   policies, draws, record, as_json):
+                   stream_share, policies, draws, record, as_json):
     """Compare replica-choice policies on a workload (hit rate, balance, TTFT): a
     JSON-lines file (``sim workload`` writes one), or a preset generated in place."""
     from app.core.prefix_sim import POLICIES, SimParams, simulate_draws
@@ -121,7 +125,8 @@ def prefix_routing(workload_path, preset, requests, rng_seed, replicas, kv_token
                                  f"choose from {', '.join(POLICIES)}", param_hint="--policies")
     params = SimParams(replicas=replicas, kv_tokens=kv_tokens, block_tokens=block_tokens,
                        concurrency=concurrency, prefill_ms_per_token=prefill_ms_per_token,
-                       decode_ms_per_token=decode_ms_per_token, bounded_load_c=c)
+                       decode_ms_per_token=decode_ms_per_token, bounded_load_c=c,
+                       stream_share=stream_share)
     if workload_path is None:   # the rows a written file would hold, exactly
         from app.replica_routing.workload import to_lines
         rows = [json.loads(line) for line in to_lines(preset_rows(preset, requests, rng_seed))]

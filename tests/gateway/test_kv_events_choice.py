@@ -412,3 +412,95 @@ def test_kv_events_choice_is_shared_by_two_gateways_and_falls_back_when_stale(
     finally:
         for rid in (home, other.id):
             kv_index.forget(redis_client, keys, rid)
+
+
+def test_a_streamed_request_counts_its_prefill_until_its_first_token(
+        app, gateway, fake_replicas, frontier, redis_client):
+    """S03 kv_events weighs the prompt tokens each replica has still to prefill: a
+    streamed request's unmatched tokens count on its replica (``pending``, per gateway)
+    from its acquire until its first token, and nothing of it is left once it is booked;
+    a request that does not stream (its first token unseen) counts only in flight."""
+    import threading
+    from app.extensions import db
+    w = make_world(app, gateway, [s.url for s in fake_replicas], frontier.url,
+                   policy={"replica_choice": "kv_events"})
+    w.pool.model = "smollm2"
+    db.session.commit()
+    publish_and_wait(gateway)
+    keys = Keys(app.config["REDIS_NAMESPACE"])
+    rids = [r.id for r in w.pool.replicas]
+    for rid in rids:                                   # fresh, empty index entries
+        kv_index.apply_events(redis_client, keys, rid, [], seq=0)
+
+    def held(kind) -> dict:
+        return {rid: {k.decode(): int(v) for k, v in redis_client.hgetall(kind(rid)).items()}
+                for rid in rids if redis_client.hlen(kind(rid))}
+
+    def call(stream: bool, out: list) -> None:
+        kv_index.heartbeat(redis_client, keys, rids)
+        body = {"model": "tier-1", "stream": stream,
+                "messages": MSGS[:1] + [{"role": "user", "content": f"[[delay:1500]] {stream}"}]}
+        r = httpx.post(w.base_url + "/chat/completions", json=body, timeout=30,
+                       headers={"authorization": f"Bearer {w.key}"})
+        out.append((r.status_code, r.text))
+    try:
+        _send(w.base_url, w.key, "warm")        # the gateway loads the pool's tokenizer
+        wait_for(lambda: httpx.get(gateway.url + "/healthz", timeout=5).json()
+                 .get("kv_tokenizers", {}).get("smollm2") == "ready", timeout=60,
+                 what="tokenizer loaded")
+        wait_for(lambda: not held(keys.replica_inflight), what="warm-up booked")
+        prompt = len(PromptTokens(chat_tokenizer("smollm2")).prompt_ids(
+            {"messages": MSGS[:1] + [{"role": "user", "content": "[[delay:1500]] True"}]}))
+        for stream in (True, False):
+            out: list = []
+            t = threading.Thread(target=call, args=(stream, out))
+            t.start()
+            try:
+                inflight = wait_for(lambda: held(keys.replica_inflight), timeout=10,
+                                    what="request in flight")
+                (rid, _), = inflight.items()
+                pending = held(keys.replica_pending)
+                if stream:
+                    # the whole prompt (nothing is indexed), as the gateway counts it
+                    (prid, fields), = pending.items()
+                    assert prid == rid and len(fields) == 1, pending
+                    (tokens,) = fields.values()
+                    assert abs(tokens - prompt) <= 8, (tokens, prompt)
+                else:
+                    assert pending == {}, pending
+            finally:
+                t.join(30)
+            assert out and out[0][0] == 200, out
+            wait_for(lambda: not held(keys.replica_inflight), what="request booked")
+            assert held(keys.replica_pending) == {}
+        # the first token lowers the gateway's own figure; its next write on the replica
+        # (another request's acquire there) carries it while the stream still runs
+        out = []
+        body = {"model": "tier-1", "stream": True, "messages": MSGS[:1] + [
+            {"role": "user", "content": "[[chunk-delay:500]] one two three four five six "
+                                        "seven eight nine ten"}]}
+        t = threading.Thread(target=lambda: out.append(httpx.post(
+            w.base_url + "/chat/completions", json=body, timeout=30,
+            headers={"authorization": f"Bearer {w.key}"}).status_code))
+        kv_index.heartbeat(redis_client, keys, rids)
+        t.start()
+        try:
+            (rid, _), = wait_for(lambda: held(keys.replica_inflight), timeout=10,
+                                 what="stream in flight").items()
+            assert list(held(keys.replica_pending)) == [rid]      # as acquired
+            landed = None
+            for n in range(40):                  # until a request lands on the same replica
+                landed = _send(w.base_url, w.key, f"lower-{n}")
+                if landed == next(f"r{i}" for i, f in enumerate(fake_replicas)
+                                  if any(r.id == rid and r.url == f.url
+                                         for r in w.pool.replicas)):
+                    break
+            assert t.is_alive(), "the stream ended before a request landed on its replica"
+            assert held(keys.replica_inflight).get(rid), "the stream is in flight"
+            assert held(keys.replica_pending) == {}
+        finally:
+            t.join(30)
+        assert out == [200]
+    finally:
+        for rid in rids:
+            kv_index.forget(redis_client, keys, rid)

@@ -37,6 +37,26 @@ def test_a_queue_outweighs_a_small_match_and_the_bound_is_kept():
     assert choice.id != 0
 
 
+def test_prefill_ahead_costs_what_a_matched_token_saves():
+    # replicas 1 and 2 hold the same shared prefix; 1 has 3,000 prompt tokens still to
+    # prefill for requests sent before: the request's first token comes sooner on 2
+    matched = {1: 2048.0, 2: 2048.0}
+    assert kv_choice("p:x", REPS, matched, {}, prompt_tokens=2200)[0].id in (1, 2)
+    choice, _ = kv_choice("p:x", REPS, matched, {}, prompt_tokens=2200, pending={1: 3000.0})
+    assert choice.id == 2
+    # a match that saves more than the prefill ahead keeps the request on its holder
+    choice, _ = kv_choice("p:x", REPS, {1: 6000.0}, {}, prompt_tokens=6100,
+                          pending={1: 3000.0})
+    assert choice.id == 1
+    choice, _ = kv_choice("p:x", REPS, {1: 2000.0}, {}, prompt_tokens=6100,
+                          pending={1: 3000.0})
+    assert choice.id != 1
+    # no figures (a gateway that has none, the simulator's non-streamed requests): the
+    # choice is the one without the term
+    assert kv_choice("p:x", REPS, matched, {}, prompt_tokens=2200, pending={})[0] == \
+        kv_choice("p:x", REPS, matched, {}, prompt_tokens=2200)[0]
+
+
 def test_the_choice_does_not_depend_on_input_order():
     rng = random.Random(3)
     for _ in range(200):

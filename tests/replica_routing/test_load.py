@@ -122,10 +122,12 @@ def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_cl
     kv_index.apply_events(redis_client, keys, 2, [("BlockStored", chain)], seq=0)
     redis_client.hincrby(keys.replica_kv_state(2), "routed", 7)
     ids = [1, 2, 3]
-    loads, matched, routed = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)
+    loads, matched, routed, pending = kv_index.read_route_inputs(redis_client, keys, ids,
+                                                                 chain, 16)
     assert loads == read_loads(redis_client, ids, ns) == {1: 1.0, 2: 2.0, 3: 2.5}
     assert matched == {1: 48.0, 2: 80.0}                 # replica 3 has no index: stale
     assert routed == {1: 0.0, 2: 7.0, 3: 0.0}
+    assert pending == {}                                 # no streamed request counted
     other = [bytes([9]) * 32, *chain[1:]]                # the first block held nowhere
     assert kv_index.read_matched(redis_client, keys, ids, other, 16) == {}
     redis_client.hset(keys.replica_kv_state(1), "seen", time.time() - 60)
@@ -144,6 +146,54 @@ def test_kv_events_reads_the_same_loads_with_the_index_in_one_call(app, redis_cl
     assert asyncio.run(read())[0] == loads
     for key in redis_client.scan_iter(f"{ns}:*"):
         redis_client.delete(key)
+
+
+def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
+        app, redis_client):
+    """A streamed request's unmatched prompt tokens count on its replica from its acquire
+    until its first token; the first token only lowers the process's own figure, which
+    its next write carries (no round trip of its own); a release takes what the request
+    still counted; a crashed gateway's figure goes with its seen time."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    ns = app.config["REDIS_NAMESPACE"] + ":load-pend"
+    keys = Keys(ns)
+    ids = [1, 2]
+    try:
+        for rid in ids:
+            kv_index.apply_events(redis_client, keys, rid, [], seq=0)
+
+        def pending():
+            got = kv_index.read_route_inputs(redis_client, keys, ids, [], 16)
+            return got[3]
+        g1 = InflightTracker(redis_client, ns, gateway_id="gw-a")
+        g2 = InflightTracker(redis_client, ns, gateway_id="gw-b")
+        g1.acquire(1, 3000)
+        g2.acquire(1, 500)
+        g2.acquire(2)                                   # not streamed: nothing pending
+        assert pending() == {1: 3500.0}
+        g1.prefilled(1, 3000)                           # its first token: not yet written
+        assert pending() == {1: 3500.0}
+        g1.acquire(1, 0)                                # the next write carries it
+        assert pending() == {1: 500.0}
+        g2.release(1, 500)                              # done before its first token
+        assert pending() == {}
+        assert read_loads(redis_client, ids, ns) == {1: 2.0, 2: 1.0}
+        g1.acquire(2, 800)
+        g1.release(2, 800)
+        g1.release(1)
+        g1.release(1)
+        assert redis_client.hlen(keys.replica_pending(1)) == 0
+        # a gateway that stops refreshing: its pending prefill stops counting with its load
+        crashed = InflightTracker(redis_client, ns, gateway_id="gw-dead")
+        crashed.acquire(2, 4000)
+        assert pending() == {2: 4000.0}
+        redis_client.hset(keys.replica_inflight_seen(2), "gw-dead", time.time() - 100)
+        assert pending() == {}
+        assert redis_client.ttl(keys.replica_pending(2)) > 0
+    finally:
+        for key in redis_client.scan_iter(f"{ns}:*"):
+            redis_client.delete(key)
 
 
 def test_a_replica_that_joins_counts_its_requests_sent_from_the_mean(app, redis_client):
@@ -176,7 +226,8 @@ def test_a_replica_that_joins_counts_its_requests_sent_from_the_mean(app, redis_
         kv_index.apply_events(redis_client, keys, 3, [], seq=0)
         kv_index.apply_events(redis_client, keys, 4, [], seq=0)
         ids = [1, 2, 3, 4]
-        loads, matched, routed = kv_index.read_route_inputs(redis_client, keys, ids, chain, 16)
+        loads, matched, routed, _ = kv_index.read_route_inputs(redis_client, keys, ids,
+                                                               chain, 16)
         assert routed == {1: 300.0, 2: 280.0, 3: 290.0, 4: 290.0}
         views = [ReplicaView(id=i) for i in ids]
         choice, how = kv_choice("k", views, matched, loads, prompt_tokens=128, routed=routed)

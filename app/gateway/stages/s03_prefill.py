@@ -66,6 +66,7 @@ async def run(ctx: RequestContext) -> str:
         ctx.replica = sorted(reps, key=lambda r: str(r.get("id") or r["url"]))[turn % len(reps)]
         return "S04_DECODE"
     views, by_id = views_of(reps)
+    ctx.kv_unmatched = None
     if ctx.policy["replica_choice"] == "kv_events":
         choice, loads = await _kv_events(ctx, views)
     else:
@@ -105,18 +106,22 @@ async def _kv_events(ctx: RequestContext, views: list):
             for rid, row in carry.items():
                 _add(rid, *row)
     if got is not None:
-        loads, matched, routed = got
+        loads, matched, routed, pending = got
     else:
-        loads, matched, routed = await _loads(ctx, ids), None, None
+        loads, matched, routed, pending = await _loads(ctx, ids), None, None, None
     choice, how = kv_choice(routing_key(ctx), views, matched, loads,
                             float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt,
-                            routed=routed)
+                            routed=routed, pending=pending)
     ctx.telemetry["replica_choice"] = how
     if matched is not None:
         got = int(matched.get(choice.id, 0))
         ctx.telemetry["kv_matched_tokens"] = got
         ctx.telemetry["kv_prompt_tokens"] = prompt
         _add(choice.id, 1, got, prompt)
+        if ctx.stream:
+            # the prefill the choice still has to do for it, counted in flight until its
+            # first token (a streamed answer is the one whose first token the gateway sees)
+            ctx.kv_unmatched = (choice.id, max(0, prompt - got))
     return choice, loads
 
 

@@ -93,6 +93,7 @@ async def _attempt(ctx: RequestContext) -> str:
     if ctx.stream:
         ctx.upstream_response = resp
         ctx.first_chunk = resp.sluice_first
+        services.prefilled(ctx)      # the first chunk came: the replica has prefilled it
         decision = s04_margin.PASS
         if watch:
             decision = await s04_margin.hold_stream(ctx, resp, s04_margin.monitor(ctx), body)
