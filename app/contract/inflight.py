@@ -169,6 +169,25 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 
+def read_pending(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
+                 ttl_s: int = DEFAULT_TTL_S, now: float | None = None) -> dict[Hashable, int]:
+    """``{replica_id: prompt tokens awaiting prefill}`` from the live gateways (the figure
+    S03 kv_events reads in its route script; the Routing page), in one round trip."""
+    ids, k = list(replica_ids), _keys(ns)
+    pipe = redis.pipeline(transaction=False)
+    for rid in ids:
+        pipe.hgetall(k.replica_pending(rid))
+        pipe.hgetall(k.replica_inflight_seen(rid))
+    replies = pipe.execute()
+    at = time.time() if now is None else now
+    out: dict[Hashable, int] = {}
+    for i, rid in enumerate(ids):
+        pending, seen = replies[2 * i] or {}, replies[2 * i + 1] or {}
+        out[rid] = max(0, sum(int(v) for g, v in pending.items()
+                              if at - float(seen.get(g, 0) or 0) <= ttl_s))
+    return out
+
+
 # One replica's count for this gateway in one call (acquire and release run it per proxied
 # request: a 4-command pipeline cost the gateway about three times the CPU of one EVALSHA).
 # KEYS: inflight, inflight_seen, pending; ARGV: gateway id, count, now, expiry (s), pending

@@ -70,7 +70,7 @@ def kv_routing_status() -> dict[str, Any]:
     from app.policies.models import Policy
     from app.policies.service import global_values
     from app.redis_client import get_redis, keys
-    from app.contract import kv_index
+    from app.contract import inflight, kv_index
     in_force = global_values().get("replica_choice") or "sluice"
     overrides: dict[str, int] = {}
     for p in db.session.scalars(db.select(Policy).where(Policy.tenant_id.is_not(None))):
@@ -85,6 +85,8 @@ def kv_routing_status() -> dict[str, Any]:
             continue
         ids = [rep.id for rep in reps]
         fresh = kv_index.freshness(r, k, ids)
+        loads = inflight.read_loads(r, ids, k)
+        pending = inflight.read_pending(r, ids, k)
         pipe = r.pipeline(transaction=False)
         for rid in ids:
             pipe.hget(k.replica_stats(rid), "prefix_cache_hit_rate")
@@ -94,6 +96,7 @@ def kv_routing_status() -> dict[str, Any]:
                                     **fresh[rep.id],
                                     "fresh": fresh[rep.id]["age_s"] is not None
                                     and fresh[rep.id]["age_s"] <= kv_index.STALE_S,
+                                    "load": loads[rep.id], "pending": pending[rep.id],
                                     "hit_rate": float(h) if h is not None else None}
                                    for rep, h in zip(reps, hit)]})
     return {"in_force": in_force, "overrides": overrides, "pools": pools,

@@ -9,7 +9,7 @@ import redis.asyncio as aioredis
 
 from app.core.rendezvous import ReplicaView, pick_replica
 from app.contract.inflight import (AsyncInflightTracker, InflightTracker, cache_salt, cache_salt_for,
-                              read_loads, read_loads_async)
+                              read_loads, read_loads_async, read_pending)
 
 
 def test_two_gateways_add_up_and_release(app, redis_client):
@@ -172,6 +172,7 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         g2.acquire(1, 500)
         g2.acquire(2)                                   # not streamed: nothing pending
         assert pending() == {1: 3500.0}
+        assert read_pending(redis_client, ids, ns) == {1: 3500, 2: 0}   # the Routing page's
         g1.prefilled(1, 3000)                           # its first token: not yet written
         assert pending() == {1: 3500.0}
         g1.acquire(1, 0)                                # the next write carries it
@@ -190,6 +191,7 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         assert pending() == {2: 4000.0}
         redis_client.hset(keys.replica_inflight_seen(2), "gw-dead", time.time() - 100)
         assert pending() == {}
+        assert read_pending(redis_client, ids, ns) == {1: 0, 2: 0}
         assert redis_client.ttl(keys.replica_pending(2)) > 0
     finally:
         for key in redis_client.scan_iter(f"{ns}:*"):

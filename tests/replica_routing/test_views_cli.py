@@ -139,6 +139,10 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
         await r.aclose()
     asyncio.run(tally())
     redis_client.hset(keys.replica_stats(fresh.id), "prefix_cache_hit_rate", "0.625")
+    from app.contract.inflight import InflightTracker
+    gw = InflightTracker(redis_client, keys, gateway_id="gw-page")
+    gw.acquire(fresh.id, 1234)          # a streamed request awaiting its first token
+    gw.acquire(fresh.id)
     try:
         login(client, UserFactory(role="viewer", tenant=t1))
         html = client.get("/routing/").text
@@ -147,9 +151,13 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
         row_a = section[section.index("kvpool-page-0"):section.index("kvpool-page-1")]
         assert ">41<" in row_a and ">2<" in row_a and "75.0%" in row_a and "62.5%" in row_a
         assert 'class="ok"' in row_a
+        assert "<td>2</td><td>1,234 tokens</td>" in row_a    # in flight, prefill pending
         row_b = section[section.index("kvpool-page-1"):]
         assert "75.0%" not in row_b and "—" in row_b       # no index entry, no scrape
+        assert "<td>0</td><td>0 tokens</td>" in row_b
     finally:
+        gw.release(fresh.id, 1234)
+        gw.release(fresh.id)
         kv_index.forget(redis_client, keys, fresh.id)
         redis_client.delete(keys.replica_stats(fresh.id))
 
