@@ -11,12 +11,12 @@ Layout (``<ns>`` is the Redis namespace):
   also expire (2 x ``ttl_s``) when nobody writes them.
 - ``<ns>:replica:<id>:stats``  hash written by the pool's metrics scraper; this module
   reads its ``num_requests_waiting`` field.
-- ``<ns>:replica:<id>:pending``  hash, same fields, value = the prompt tokens that process
-  sent the replica unmatched by the KV index (S03 ``kv_events``) on streamed requests
-  whose first token has not come yet: the prefill the replica still has to do. Written
-  with the count (a first token only lowers the process's own figure, which its next
-  write on the replica, or the refresh, carries: no round trip of its own), read through
-  the same seen times.
+- the inflight hash's field ``p:<gateway id>``: the prompt tokens that process sent the
+  replica unmatched by the KV index (S03 ``kv_events``) on streamed requests whose first
+  token has not come yet, the prefill the replica still has to do. Written with the count
+  (a first token only lowers the process's own figure, which its next write on the
+  replica, or the refresh, carries: no round trip of its own) and read through the same
+  seen time; the load's sum skips these fields, which have no seen time of their own.
 
 Load of a replica = live in-flight (all gateways) + scraped ``num_requests_waiting``.
 A request queued inside the engine thus counts twice: a replica that has started to queue
@@ -60,23 +60,32 @@ def gateway_process_id() -> str:
 
 # A Lua function: the load of one replica from its inflight and inflight_seen hashes and its
 # stats hash at (now, ttl); the same rule as the Python readers had: a gateway's count
-# counts while its seen time is within ttl, plus the scraped queue, each floored at 0.
+# counts while its seen time is within ttl, plus the scraped queue, each floored at 0. Its
+# second value is the live gateways' pending prefill (``p:<gateway id>`` fields).
 LOAD_LUA = """
 local function replica_load(inflight, seen, stats, now, ttl)
-  local live = 0
+  local live, pend = 0, 0
   local counts = redis.call('HGETALL', inflight)
   if #counts > 0 then
     local raw = redis.call('HGETALL', seen)
     local at = {}
     for j = 1, #raw, 2 do at[raw[j]] = tonumber(raw[j + 1]) end
     for j = 1, #counts, 2 do
-      if now - (at[counts[j]] or 0) <= ttl then live = live + (tonumber(counts[j + 1]) or 0) end
+      local f = counts[j]
+      local t = at[f]
+      if t then
+        if now - t <= ttl then live = live + (tonumber(counts[j + 1]) or 0) end
+      elseif string.sub(f, 1, 2) == 'p:' then
+        t = at[string.sub(f, 3)]
+        if t and now - t <= ttl then pend = pend + (tonumber(counts[j + 1]) or 0) end
+      end
     end
   end
   if live < 0 then live = 0 end
+  if pend < 0 then pend = 0 end
   local waiting = tonumber(redis.call('HGET', stats, 'num_requests_waiting')) or 0
   if waiting < 0 then waiting = 0 end
-  return live + waiting
+  return live + waiting, pend
 end
 """
 # KEYS: (inflight, inflight_seen, stats) per replica; ARGV: now, ttl. Loads as strings (a
@@ -176,38 +185,37 @@ def read_pending(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
     ids, k = list(replica_ids), _keys(ns)
     pipe = redis.pipeline(transaction=False)
     for rid in ids:
-        pipe.hgetall(k.replica_pending(rid))
+        pipe.hgetall(k.replica_inflight(rid))
         pipe.hgetall(k.replica_inflight_seen(rid))
     replies = pipe.execute()
     at = time.time() if now is None else now
     out: dict[Hashable, int] = {}
     for i, rid in enumerate(ids):
-        pending, seen = replies[2 * i] or {}, replies[2 * i + 1] or {}
-        out[rid] = max(0, sum(int(v) for g, v in pending.items()
-                              if at - float(seen.get(g, 0) or 0) <= ttl_s))
+        fields, seen = replies[2 * i] or {}, replies[2 * i + 1] or {}
+        out[rid] = max(0, sum(int(v) for f, v in fields.items() if f[:2] == b"p:"
+                              and at - float(seen.get(f[2:], 0) or 0) <= ttl_s))
     return out
 
 
 # One replica's count for this gateway in one call (acquire and release run it per proxied
 # request: a 4-command pipeline cost the gateway about three times the CPU of one EVALSHA).
-# KEYS: inflight, inflight_seen, pending; ARGV: gateway id, count, now, expiry (s), pending
-# prompt tokens. A count of 0 removes the gateway's fields; a pending of 0 its pending one.
+# KEYS: inflight, inflight_seen; ARGV: gateway id, count, now, expiry (s), pending prompt
+# tokens. A count of 0 removes the gateway's fields; a pending of 0 its pending one.
 _BUMP_LUA = """
+local pend = 'p:' .. ARGV[1]
 if tonumber(ARGV[2]) <= 0 then
-  redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[1], ARGV[1], pend)
   redis.call('HDEL', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
 else
-  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  if tonumber(ARGV[5]) > 0 then
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2], pend, ARGV[5])
+  else
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    redis.call('HDEL', KEYS[1], pend)
+  end
   redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
   redis.call('EXPIRE', KEYS[1], ARGV[4])
   redis.call('EXPIRE', KEYS[2], ARGV[4])
-  if tonumber(ARGV[5]) > 0 then
-    redis.call('HSET', KEYS[3], ARGV[1], ARGV[5])
-    redis.call('EXPIRE', KEYS[3], ARGV[4])
-  else
-    redis.call('HDEL', KEYS[3], ARGV[1])
-  end
 end
 return 1
 """
@@ -228,8 +236,7 @@ class _TrackerBase:
         """``_BUMP``'s (keys, args): this process's count and pending prefill on
         ``replica_id``, seen now."""
         k = self.k
-        return ([k.replica_inflight(replica_id), k.replica_inflight_seen(replica_id),
-                 k.replica_pending(replica_id)],
+        return ([k.replica_inflight(replica_id), k.replica_inflight_seen(replica_id)],
                 [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s,
                  self.pending.get(replica_id, 0) if count else 0])
 

@@ -108,9 +108,6 @@ class Keys:
     def replica_inflight_seen(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "inflight_seen")
 
-    def replica_pending(self, replica_id: object) -> str:
-        return self.k("replica", replica_id, "pending")
-
     def replica_stats(self, replica_id: object) -> str:
         return self.k("replica", replica_id, "stats")
 

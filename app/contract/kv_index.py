@@ -134,31 +134,18 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 
 
 # S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
-# kv state, kv blocks, pending); ARGV: now, the loads' ttl, the index's staleness cutoff,
-# the request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then
-# the gateway's tally of its earlier choices not yet written, (replica's place in KEYS /6,
+# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, the
+# request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then the
+# gateway's tally of its earlier choices not yet written, (replica's place in KEYS /5,
 # requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
 # requests sent that the script returns per replica (with its load, a string,
 # ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has not
 # been heard since the cutoff, and the prompt tokens the live gateways sent it that await
-# their first token, ``inflight``'s pending hash) include every choice this gateway made
+# their first token, ``LOAD_LUA``'s second value) include every choice this gateway made
 # before this one.
 # The requests sent count from a base (``sent_base``) set when the script first sees the
 # replica: 0 for every replica of a new set, the mean of the others for one that joins it.
 _ROUTE_LUA = LOAD_LUA + """
-local function replica_pending(pending, seen, now, ttl)
-  local raw = redis.call('HGETALL', pending)
-  if #raw == 0 then return 0 end
-  local fields = {}
-  for j = 1, #raw, 2 do fields[#fields + 1] = raw[j] end
-  local at = redis.call('HMGET', seen, unpack(fields))
-  local sum = 0
-  for j = 1, #fields do
-    if now - (tonumber(at[j]) or 0) <= ttl then sum = sum + (tonumber(raw[2 * j]) or 0) end
-  end
-  if sum < 0 then sum = 0 end
-  return sum
-end
 local out = {}
 local members = nil
 local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -167,16 +154,17 @@ local blocks = #chain / 8
 local state_ttl = tonumber(ARGV[5])
 local joined, known_sum, known_n = {}, 0, 0
 for a = 6, #ARGV, 4 do
-  local state = KEYS[6 * tonumber(ARGV[a]) - 2]
+  local state = KEYS[5 * tonumber(ARGV[a]) - 1]
   redis.call('HINCRBY', state, 'routed', ARGV[a + 1])
   redis.call('HINCRBY', state, 'routed_matched', ARGV[a + 2])
   redis.call('HINCRBY', state, 'routed_prompt', ARGV[a + 3])
   redis.call('EXPIRE', state, state_ttl)
 end
-for i = 1, #KEYS / 6 do
-  local b = 6 * (i - 1)
-  out[4 * i - 3] = tostring(replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl))
-  out[4 * i] = replica_pending(KEYS[b + 6], KEYS[b + 2], now, ttl)
+for i = 1, #KEYS / 5 do
+  local b = 5 * (i - 1)
+  local load, pend = replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl)
+  out[4 * i - 3] = tostring(load)
+  out[4 * i] = pend
   local state = redis.call('HMGET', KEYS[b + 4], 'seen', 'routed', 'sent_base')
   local seen = tonumber(state[1])
   local c = -1
@@ -217,7 +205,7 @@ end
 local mean = 0
 if known_n > 0 then mean = math.floor(known_sum / known_n) end
 for _, i in ipairs(joined) do
-  local state = KEYS[6 * i - 2]
+  local state = KEYS[5 * i - 1]
   redis.call('HSET', state, 'sent_base', mean)
   redis.call('EXPIRE', state, state_ttl)
   out[4 * i - 1] = out[4 * i - 1] + mean
@@ -236,8 +224,7 @@ def _route_keys(keys: Keys, replica_ids) -> list[str]:
     names: list[str] = []
     for rid in replica_ids:
         names += load_keys(keys, [rid])
-        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid),
-                  keys.replica_pending(rid)]
+        names += [keys.replica_kv_state(rid), keys.replica_kv_blocks(rid)]
     return names
 
 

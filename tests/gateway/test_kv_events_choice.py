@@ -432,9 +432,17 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
     for rid in rids:                                   # fresh, empty index entries
         kv_index.apply_events(redis_client, keys, rid, [], seq=0)
 
-    def held(kind) -> dict:
-        return {rid: {k.decode(): int(v) for k, v in redis_client.hgetall(kind(rid)).items()}
-                for rid in rids if redis_client.hlen(kind(rid))}
+    def held(pending: bool) -> dict:
+        """Per replica, the gateways' in-flight counts (or their pending-prefill fields,
+        ``p:<gateway id>``) in its inflight hash."""
+        out = {}
+        for rid in rids:
+            got = {k.decode(): int(v) for k, v in
+                   redis_client.hgetall(keys.replica_inflight(rid)).items()
+                   if k.startswith(b"p:") == pending}
+            if got:
+                out[rid] = got
+        return out
 
     def call(stream: bool, out: list) -> None:
         kv_index.heartbeat(redis_client, keys, rids)
@@ -448,7 +456,7 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
         wait_for(lambda: httpx.get(gateway.url + "/healthz", timeout=5).json()
                  .get("kv_tokenizers", {}).get("smollm2") == "ready", timeout=60,
                  what="tokenizer loaded")
-        wait_for(lambda: not held(keys.replica_inflight), what="warm-up booked")
+        wait_for(lambda: not held(False), what="warm-up booked")
         prompt = len(PromptTokens(chat_tokenizer("smollm2")).prompt_ids(
             {"messages": MSGS[:1] + [{"role": "user", "content": "[[delay:1500]] True"}]}))
         for stream in (True, False):
@@ -456,10 +464,10 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
             t = threading.Thread(target=call, args=(stream, out))
             t.start()
             try:
-                inflight = wait_for(lambda: held(keys.replica_inflight), timeout=10,
+                inflight = wait_for(lambda: held(False), timeout=10,
                                     what="request in flight")
                 (rid, _), = inflight.items()
-                pending = held(keys.replica_pending)
+                pending = held(True)
                 if stream:
                     # the whole prompt (nothing is indexed), as the gateway counts it
                     (prid, fields), = pending.items()
@@ -471,8 +479,8 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
             finally:
                 t.join(30)
             assert out and out[0][0] == 200, out
-            wait_for(lambda: not held(keys.replica_inflight), what="request booked")
-            assert held(keys.replica_pending) == {}
+            wait_for(lambda: not held(False), what="request booked")
+            assert held(True) == {}
         # the first token lowers the gateway's own figure; its next write on the replica
         # (another request's acquire there) carries it while the stream still runs
         out = []
@@ -485,9 +493,9 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
         kv_index.heartbeat(redis_client, keys, rids)
         t.start()
         try:
-            (rid, _), = wait_for(lambda: held(keys.replica_inflight), timeout=10,
+            (rid, _), = wait_for(lambda: held(False), timeout=10,
                                  what="stream in flight").items()
-            assert list(held(keys.replica_pending)) == [rid]      # as acquired
+            assert list(held(True)) == [rid]      # as acquired
             landed = None
             for n in range(40):                  # until a request lands on the same replica
                 landed = _send(w.base_url, w.key, f"lower-{n}")
@@ -496,8 +504,8 @@ def test_a_streamed_request_counts_its_prefill_until_its_first_token(
                                          for r in w.pool.replicas)):
                     break
             assert t.is_alive(), "the stream ended before a request landed on its replica"
-            assert held(keys.replica_inflight).get(rid), "the stream is in flight"
-            assert held(keys.replica_pending) == {}
+            assert held(False).get(rid), "the stream is in flight"
+            assert held(True) == {}
         finally:
             t.join(30)
         assert out == [200]

@@ -173,6 +173,8 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         g2.acquire(2)                                   # not streamed: nothing pending
         assert pending() == {1: 3500.0}
         assert read_pending(redis_client, ids, ns) == {1: 3500, 2: 0}   # the Routing page's
+        # the pending fields sit in the inflight hash; the load's sum never counts them
+        assert read_loads(redis_client, ids, ns) == {1: 2.0, 2: 1.0}
         g1.prefilled(1, 3000)                           # its first token: not yet written
         assert pending() == {1: 3500.0}
         g1.acquire(1, 0)                                # the next write carries it
@@ -184,7 +186,7 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         g1.release(2, 800)
         g1.release(1)
         g1.release(1)
-        assert redis_client.hlen(keys.replica_pending(1)) == 0
+        assert redis_client.hlen(keys.replica_inflight(1)) == 0
         # a gateway that stops refreshing: its pending prefill stops counting with its load
         crashed = InflightTracker(redis_client, ns, gateway_id="gw-dead")
         crashed.acquire(2, 4000)
@@ -192,7 +194,8 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         redis_client.hset(keys.replica_inflight_seen(2), "gw-dead", time.time() - 100)
         assert pending() == {}
         assert read_pending(redis_client, ids, ns) == {1: 0, 2: 0}
-        assert redis_client.ttl(keys.replica_pending(2)) > 0
+        assert redis_client.hget(keys.replica_inflight(2), "p:gw-dead") == b"4000"
+        assert redis_client.ttl(keys.replica_inflight(2)) > 0    # the key expires too
     finally:
         for key in redis_client.scan_iter(f"{ns}:*"):
             redis_client.delete(key)
