@@ -171,3 +171,15 @@ def test_kv_events_keeps_load_within_the_bound_on_generated_shapes():
         k = res["kv_events"]
         assert k["max_over_mean_load"] <= 1.25 + replicas / len(rows), (shape, res)
         assert res["oracle"]["hit_rate"] - k["hit_rate"] <= 0.02, (shape, res)
+
+
+def test_the_simulator_counts_pending_prefill_of_streamed_requests_only():
+    # stream_share 0: no request's first token is seen, so kv_events runs without the
+    # pending term; every other policy is the same run either way
+    rows = shaped_workload("deep_tree", 1500, seed=5)
+    got = {share: simulate(rows, SimParams(replicas=4, kv_tokens=60_000, stream_share=share),
+                           ["sluice", "kv_events"])["policies"]
+           for share in (0.0, 0.5, 1.0)}
+    assert got[0.0]["sluice"] == got[0.5]["sluice"] == got[1.0]["sluice"]
+    runs = [got[s]["kv_events"] for s in (0.0, 0.5, 1.0)]
+    assert runs[0] != runs[2] and runs[1] not in (runs[0], runs[2]), runs
