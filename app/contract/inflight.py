@@ -132,7 +132,7 @@ def load_keys(k: Keys, replica_ids: Iterable[Hashable]) -> list[str]:
 
 
 def parse_load(raw: Any) -> float:
-    return float(raw.decode() if isinstance(raw, bytes) else raw)
+    return float(raw)        # bytes, str or a number: float() reads each as it is
 
 
 def script_keys(memo: dict, keys: Keys, replica_ids, build) -> list[str]:

@@ -247,18 +247,21 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
 
 def _parse_route(replica_ids, got, block_tokens: int
                  ) -> tuple[dict, dict | None, dict, dict]:
+    # per request on the gateway's event loop: the script's integers come back as ints and
+    # float() reads the load's bytes as they are
     loads, matched, routed, pending, fresh = {}, {}, {}, {}, False
-    for i, rid in enumerate(replica_ids):
-        j = 4 * i
-        loads[rid] = parse_load(got[j])
-        n = int(got[j + 1])
-        fresh = fresh or n >= 0
-        if n > 0:
-            matched[rid] = float(n * block_tokens)
-        routed[rid] = float(int(got[j + 2]))
-        ahead = int(got[j + 3])
-        if ahead:
-            pending[rid] = float(ahead)
+    j = 0
+    for rid in replica_ids:
+        loads[rid] = float(got[j])
+        n = got[j + 1]
+        if n >= 0:
+            fresh = True
+            if n:
+                matched[rid] = float(n * block_tokens)
+        routed[rid] = float(got[j + 2])
+        if got[j + 3]:
+            pending[rid] = float(got[j + 3])
+        j += 4
     return loads, (matched if fresh else None), routed, pending
 
 
