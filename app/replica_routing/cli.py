@@ -200,7 +200,9 @@ def replica_loss(url, key, pool_name, stop_count, sessions, turns_before, turns_
     click.echo(json.dumps(result, indent=2, default=str))
     click.echo(f"drill #{run.id} {run.status}: {result['failed_requests']} failed of "
                f"{result['requests']}, {result['sessions_moved']} sessions moved "
-               f"({result['sessions_moved_from_live_replicas']} from live replicas), hit rate "
+               f"({result['sessions_moved_from_live_replicas']} from live replicas, "
+               f"{result.get('live_moves_allowed', 0)} allowed under "
+               f"{result.get('replica_choice') or 'rendezvous'}), hit rate "
                f"by turn {[t['hit_rate'] for t in result['turns']]}")
 
 

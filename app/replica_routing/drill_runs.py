@@ -25,7 +25,7 @@ from app.drills.models import DrillRun
 from app.drills.service import finish_run, start_run
 from app.errors import ValidationError
 from app.extensions import db
-from app.replica_routing.drill import drill_passed, run_replica_loss
+from app.replica_routing.drill import drill_passed, live_moves_allowed, run_replica_loss
 
 KIND = "replica-loss"
 MAX_SESSIONS = 64
@@ -129,10 +129,23 @@ def execute_replica_loss(run_id: int, key: str, *, timeout_s: float = 120.0,
                                   model=p["model"], timeout_s=timeout_s, progress=_progress(run))
         db.session.expire_all()
         result["replica_states"] = {str(r.id): r.state for r in pool.replicas}
+        choice = _replica_choice(key)
+        result["replica_choice"] = choice
+        result["live_moves_allowed"] = live_moves_allowed(result, choice)
     except Exception as exc:  # noqa: BLE001 - the run records what went wrong
         db.session.rollback()
         return finish_run(run, {}, passed=None, error=f"{type(exc).__name__}: {exc}"[:500])
-    return finish_run(run, result, passed=drill_passed(result))
+    return finish_run(run, result, passed=drill_passed(result, choice))
+
+
+def _replica_choice(key: str) -> str | None:
+    """The replica_choice policy in force for the tenant of gateway key ``key`` (what the
+    drill's sessions were routed by), or None when the key is not known here."""
+    from app.policies.service import effective_policy
+    from app.security import token_hash
+    from app.tenants.models import ApiKey
+    row = db.session.scalar(db.select(ApiKey).where(ApiKey.key_hash == token_hash(key)))
+    return effective_policy(row.tenant_id).get("replica_choice") if row else None
 
 
 def record_replica_loss(url: str, key: str, *, pool_id: int | None = None,

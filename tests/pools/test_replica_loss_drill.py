@@ -78,6 +78,7 @@ def test_cli_drill_stops_replicas_through_the_driver_and_records_the_run(
         assert r["requests"] == 40 and r["failed_requests"] == 0, r["failures"]
         assert r["sessions_on_dead_replicas"] > 0
         assert r["sessions_moved_from_live_replicas"] == 0
+        assert r["replica_choice"] == "sluice" and r["live_moves_allowed"] == 0   # its key's
         assert r["served_by_dead_after_loss"] == 0
         assert f"drill #{run.id} passed" in res.output
 

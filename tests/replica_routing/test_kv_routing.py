@@ -183,3 +183,17 @@ def test_the_simulator_counts_pending_prefill_of_streamed_requests_only():
     assert got[0.0]["sluice"] == got[0.5]["sluice"] == got[1.0]["sluice"]
     runs = [got[s]["kv_events"] for s in (0.0, 0.5, 1.0)]
     assert runs[0] != runs[2] and runs[1] not in (runs[0], runs[2]), runs
+
+
+def test_the_replica_loss_verdict_allows_kv_events_its_bounded_moves():
+    from app.replica_routing.drill import drill_passed
+    res = {"failed_requests": 0, "served_by_dead_after_loss": 0, "sessions_moved": 5,
+           "sessions_on_dead_replicas": 4, "sessions_moved_from_live_replicas": 1,
+           "sessions_per_replica": {"1": 4, "2": 4, "3": 2, "4": 2}}
+    # rendezvous promises that no session of a live replica moves; kv_events' bound on
+    # requests sent may move up to a third of them (here 8 live sessions: 2)
+    assert not drill_passed(res) and not drill_passed(res, "sluice")
+    assert drill_passed(res, "kv_events")
+    assert drill_passed({**res, "sessions_moved_from_live_replicas": 2}, "kv_events")
+    assert not drill_passed({**res, "sessions_moved_from_live_replicas": 3}, "kv_events")
+    assert not drill_passed({**res, "failed_requests": 1}, "kv_events")

@@ -126,6 +126,11 @@ def test_losing_two_of_four_replicas_under_kv_events(drill):
     # the bound pushed a survivor's own sessions.)
     live_sessions = 12 - res["sessions_on_dead_replicas"]
     assert res["sessions_moved_from_live_replicas"] <= live_sessions // 3, res
+    # the drill's verdict allows that much under kv_events, and none under rendezvous
+    from app.replica_routing.drill import drill_passed, live_moves_allowed
+    assert live_moves_allowed(res, "kv_events") == live_sessions // 3
+    assert drill_passed(res, "kv_events"), res
+    assert live_moves_allowed(res, "sluice") == 0
     # the stopped replicas held blocks, and the index dropped them
     assert any(n > 0 for n in drill["held_at_stop"].values()), drill["held_at_stop"]
     assert all(fresh[rid]["blocks"] == 0 and fresh[rid]["seq"] is None
