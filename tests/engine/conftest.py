@@ -27,6 +27,7 @@ class EngineProcess:
             env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         else:
             env.pop("VLLM_ALLOW_RUNTIME_LORA_UPDATING", None)
+        self.log_path = log
         self._log = open(log, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "app.engine", "--model", model, "--served-model-name", name,
@@ -39,12 +40,19 @@ class EngineProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"engine exited with {self.proc.returncode}")
             try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                resp = httpx.get(f"{self.url}/health", timeout=2)
+                if resp.status_code == 200:
                     return
+                if resp.text.startswith("load failed"):     # it stays up, saying why
+                    raise RuntimeError(f"engine {resp.text}")
             except httpx.HTTPError:
                 pass
             time.sleep(0.3)
         raise TimeoutError("engine did not become healthy")
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
 
     def chat(self, content: str | list, **kw) -> httpx.Response:
         messages = content if isinstance(content, list) else [{"role": "user", "content": content}]

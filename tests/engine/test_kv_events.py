@@ -17,6 +17,7 @@ from app.contract.keys import Keys
 from app.core.kv_keys import BlockKeys, block_hash_chain, key_namespace
 from tests.conftest import REDIS_URL
 from tests.engine.conftest import EngineProcess, free_port
+from tests.ports import free_port_run
 from tests.replica_routing.test_block_keys import _held
 from workers.pools.kv_subscriber import KVSubscriber
 
@@ -119,19 +120,41 @@ def _config(pub: int, replay: int, buffer_steps: int = 10_000) -> str:
                        "buffer_steps": buffer_steps})
 
 
+def start_engine(tiny_model, log_dir, extra: list[str], name: str = "kv.log",
+                 started=None) -> tuple[EngineProcess, int, int]:
+    """A healthy engine publishing KV events on a free (pub, replay) pair of ports, chosen
+    again when one was taken before the engine bound it (another process picked the same
+    port in between: seen in CI as the replay socket's EADDRINUSE). ``started(pub,
+    replay)`` runs as each try's process starts, before it is healthy."""
+    for attempt in range(3):
+        base = free_port_run(2)
+        pub, replay = base, base + 1
+        eng = EngineProcess(str(tiny_model), "tiny", log_dir / f"{attempt}-{name}",
+                            extra=[*extra, "--kv-events-config", _config(pub, replay)])
+        try:
+            if started is not None:
+                started(pub, replay)
+            eng.wait_healthy()
+            return eng, pub, replay
+        except (RuntimeError, TimeoutError):
+            taken = "Address already in use" in eng.log_text()
+            eng.stop()
+            if not taken or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(scope="module")
 def ports():
-    return free_port(), free_port()
+    return [0, 0]          # the engine fixture's (pub, replay), once it has bound them
 
 
 @pytest.fixture(scope="module")
 def engine(tiny_model, tmp_path_factory, ports):
-    pub, replay = ports
-    eng = EngineProcess(str(tiny_model), "tiny", tmp_path_factory.mktemp("log") / "kv.log",
-                        extra=["--max-prefix-tokens", "256", "--block-size", "16",
-                               "--kv-events-config", _config(pub, replay)])
+    eng, ports[0], ports[1] = start_engine(
+        tiny_model, tmp_path_factory.mktemp("log"),
+        ["--max-prefix-tokens", "256", "--block-size", "16"])
     try:
-        eng.wait_healthy()
         yield eng
     finally:
         eng.stop()
@@ -313,17 +336,19 @@ def test_a_gap_is_replayed_or_resynced(engine, ports, redis_keys, replayable):
 def test_restart_and_death_clear_the_replicas_blocks(tiny_model, tmp_path_factory,
                                                      redis_keys):
     r, keys = redis_keys
-    pub, replay = free_port(), free_port()
     log = tmp_path_factory.mktemp("log")
-    cfg = _config(pub, replay)
-    eng = EngineProcess(str(tiny_model), "tiny", log / "a.log",
-                        extra=["--max-prefix-tokens", "4096", "--kv-events-config", cfg])
     sub = KVSubscriber(r, keys)
-    rep = {"id": 7, "endpoint": f"tcp://127.0.0.1:{pub}",
-           "replay": f"tcp://127.0.0.1:{replay}", "topic": "kv@tiny-0"}
-    try:
+    rep: dict = {}
+
+    def subscribe(pub: int, replay: int) -> None:     # from the engine's start, as before
+        rep.update({"id": 7, "endpoint": f"tcp://127.0.0.1:{pub}",
+                    "replay": f"tcp://127.0.0.1:{replay}", "topic": "kv@tiny-0"})
         sub.set_replicas([rep])
-        eng.wait_healthy()
+    eng = None
+    try:
+        eng, pub, replay = start_engine(tiny_model, log, ["--max-prefix-tokens", "4096"],
+                                        name="a.log", started=subscribe)
+        cfg = _config(pub, replay)
         assert eng.chat(_prompt(30), max_tokens=2).status_code == 200
         _pump(sub)
         assert r.scard(keys.replica_kv_blocks(7)) > 0
@@ -347,7 +372,8 @@ def test_restart_and_death_clear_the_replicas_blocks(tiny_model, tmp_path_factor
         assert kv_index.read_matched(r, keys, [7], [b"x" * 32], 16) is None
     finally:
         sub.close()
-        eng.stop()
+        if eng is not None:
+            eng.stop()
 
 
 def test_a_subscriber_with_no_replicas_waits_instead_of_spinning(redis_keys):
