@@ -122,6 +122,16 @@ class Lua:
 
 
 _LOADS = Lua(_LOADS_LUA)
+# The same keys and arguments; per replica its load (a string) and its pending prefill.
+_LOADS_PENDING = Lua(LOAD_LUA + """
+local out = {}
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i = 1, #KEYS / 3 do
+  local load, pend = replica_load(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], now, ttl)
+  out[2 * i - 1], out[2 * i] = tostring(load), pend
+end
+return out
+""")
 
 
 def load_keys(k: Keys, replica_ids: Iterable[Hashable]) -> list[str]:
@@ -179,23 +189,18 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 
-def read_pending(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
-                 ttl_s: int = DEFAULT_TTL_S, now: float | None = None) -> dict[Hashable, int]:
-    """``{replica_id: prompt tokens awaiting prefill}`` from the live gateways (the figure
-    S03 kv_events reads in its route script; the Routing page), in one round trip."""
-    ids, k = list(replica_ids), _keys(ns)
-    pipe = redis.pipeline(transaction=False)
-    for rid in ids:
-        pipe.hgetall(k.replica_inflight(rid))
-        pipe.hgetall(k.replica_inflight_seen(rid))
-    replies = pipe.execute()
-    at = time.time() if now is None else now
-    out: dict[Hashable, int] = {}
-    for i, rid in enumerate(ids):
-        fields, seen = replies[2 * i] or {}, replies[2 * i + 1] or {}
-        out[rid] = max(0, sum(int(v) for f, v in fields.items() if f[:2] == b"p:"
-                              and at - float(seen.get(f[2:], 0) or 0) <= ttl_s))
-    return out
+def read_loads_pending(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
+                       ttl_s: int = DEFAULT_TTL_S, now: float | None = None
+                       ) -> tuple[dict[Hashable, float], dict[Hashable, int]]:
+    """(``read_loads``, ``{replica_id: prompt tokens awaiting prefill}`` from the live
+    gateways) in one round trip, by ``LOAD_LUA`` as S03 kv_events reads them (the Routing
+    page)."""
+    ids = list(replica_ids)
+    if not ids:
+        return {}, {}
+    got = _LOADS_PENDING(redis, *_loads_call(ids, ns, ttl_s, now))
+    return ({rid: parse_load(got[2 * i]) for i, rid in enumerate(ids)},
+            {rid: int(got[2 * i + 1]) for i, rid in enumerate(ids)})
 
 
 # One replica's count for this gateway in one call (acquire and release run it per proxied
@@ -239,17 +244,16 @@ class _TrackerBase:
         k = self.k
         return ([k.replica_inflight(replica_id), k.replica_inflight_seen(replica_id)],
                 [self.gateway_id, count, f"{time.time():.3f}", 2 * self.ttl_s,
-                 self.pending.get(replica_id, 0) if count else 0])
+                 self.pending.get(replica_id, 0)])
 
     def _bump(self, replica_id: Hashable, delta: int, pending: int) -> tuple[list, list]:
         self.local[replica_id] = max(0, self.local[replica_id] + delta)
         count = self.local[replica_id]
-        if count == 0:
+        if count == 0:                 # nothing in flight: nothing awaits prefill either
             del self.local[replica_id]
-        if pending:
-            self._pend(replica_id, pending if delta > 0 else -pending)
-        if count == 0:
             self.pending.pop(replica_id, None)
+        elif pending:
+            self._pend(replica_id, pending if delta > 0 else -pending)
         return self._write(replica_id, count)
 
     def _pend(self, replica_id: Hashable, delta: int) -> None:

@@ -85,8 +85,7 @@ def kv_routing_status() -> dict[str, Any]:
             continue
         ids = [rep.id for rep in reps]
         fresh = kv_index.freshness(r, k, ids)
-        loads = inflight.read_loads(r, ids, k)
-        pending = inflight.read_pending(r, ids, k)
+        loads, pending = inflight.read_loads_pending(r, ids, k)
         pipe = r.pipeline(transaction=False)
         for rid in ids:
             pipe.hget(k.replica_stats(rid), "prefix_cache_hit_rate")

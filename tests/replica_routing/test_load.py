@@ -9,7 +9,8 @@ import redis.asyncio as aioredis
 
 from app.core.rendezvous import ReplicaView, pick_replica
 from app.contract.inflight import (AsyncInflightTracker, InflightTracker, cache_salt, cache_salt_for,
-                              read_loads, read_loads_async, read_pending)
+                              read_loads, read_loads_async,
+                              read_loads_pending)
 
 
 def test_two_gateways_add_up_and_release(app, redis_client):
@@ -172,7 +173,8 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         g2.acquire(1, 500)
         g2.acquire(2)                                   # not streamed: nothing pending
         assert pending() == {1: 3500.0}
-        assert read_pending(redis_client, ids, ns) == {1: 3500, 2: 0}   # the Routing page's
+        assert read_loads_pending(redis_client, ids, ns) == (       # the Routing page's
+            {1: 2.0, 2: 1.0}, {1: 3500, 2: 0})
         # the pending fields sit in the inflight hash; the load's sum never counts them
         assert read_loads(redis_client, ids, ns) == {1: 2.0, 2: 1.0}
         g1.prefilled(1, 3000)                           # its first token: not yet written
@@ -193,7 +195,7 @@ def test_prefill_pending_counts_until_the_first_token_and_goes_with_its_gateway(
         assert pending() == {2: 4000.0}
         redis_client.hset(keys.replica_inflight_seen(2), "gw-dead", time.time() - 100)
         assert pending() == {}
-        assert read_pending(redis_client, ids, ns) == {1: 0, 2: 0}
+        assert read_loads_pending(redis_client, ids, ns)[1] == {1: 0, 2: 0}
         assert redis_client.hget(keys.replica_inflight(2), "p:gw-dead") == b"4000"
         assert redis_client.ttl(keys.replica_inflight(2)) > 0    # the key expires too
     finally:
