@@ -21,7 +21,7 @@ import msgspec
 from app.contract.inflight import DEFAULT_TTL_S as LOAD_TTL_S
 from app.contract.inflight import LOAD_LUA, Lua, load_keys, parse_load, script_keys
 from app.contract.keys import Keys
-from app.core.kv_keys import KVEvent
+from app.core.kv_keys import ID_BYTES, KVEvent
 
 TTL_S = 30            # index entries of a replica live this long past the last heartbeat
 STALE_S = 10.0        # a replica whose subscriber said nothing for this long is not read
@@ -37,8 +37,8 @@ _FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "bl
 def block_id(h: bytes | int) -> bytes:
     """The index's name of a key: its first 8 bytes."""
     if isinstance(h, int):
-        return (h & (2**64 - 1)).to_bytes(8, "big")
-    return bytes(h[:8])
+        return (h & (2**(8 * ID_BYTES) - 1)).to_bytes(ID_BYTES, "big")
+    return bytes(h[:ID_BYTES])
 
 
 def _hash(h: Any) -> Any:
@@ -134,10 +134,10 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 
 
 # S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
-# kv state, kv blocks); ARGV: now, the loads' ttl, the index's staleness cutoff, the
-# request's block ids (8 bytes each) joined in one string, the state hashes' ttl, then the
-# gateway's tally of its earlier choices not yet written, (replica's place in KEYS /5,
-# requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
+# kv state, kv blocks); ARGV: now, the loads' ttl, the seconds after which a replica's
+# index is stale, the request's block ids (8 bytes each) joined in one string, the state
+# hashes' ttl, then the gateway's tally of its earlier choices not yet written, (replica's
+# place in KEYS /5, requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
 # requests sent that the script returns per replica (with its load, a string,
 # ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has not
 # been heard since the cutoff, and the prompt tokens the live gateways sent it that await
@@ -148,7 +148,8 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
 local members = nil
-local now, ttl, cutoff = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cutoff = now - tonumber(ARGV[3])
 local chain = ARGV[4]
 local blocks = #chain / 8
 local state_ttl = tonumber(ARGV[5])
@@ -232,11 +233,13 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
                 tally: Mapping[object, Sequence[int]] | None = None) -> tuple[list, list]:
     names = script_keys(_ROUTE_NAMES, keys, replica_ids, _route_keys)
     now = time.time()
-    if chain and isinstance(chain[0], bytes):   # the gateway's digests: one slice each
-        blob = b"".join([h[:8] for h in chain])
+    if chain.__class__ is bytes:                # the gateway's: index names joined
+        blob = chain
+    elif chain and isinstance(chain[0], bytes):   # digests: one slice each
+        blob = b"".join([h[:ID_BYTES] for h in chain])
     else:
         blob = b"".join(block_id(h) for h in chain)
-    args = [repr(now), load_ttl_s, repr(now - stale_s), blob, TTL_S]
+    args = [repr(now), load_ttl_s, stale_s, blob, TTL_S]
     if tally:
         for i, rid in enumerate(replica_ids, 1):
             row = tally.get(rid)
@@ -266,13 +269,14 @@ def _parse_route(replica_ids, got, block_tokens: int
 
 
 def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
-                      chain: Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
+                      chain: bytes | Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
                       load_ttl_s: int = LOAD_TTL_S,
                       tally: Mapping[object, Sequence[int]] | None = None
                       ) -> tuple[dict, dict | None, dict, dict]:
     """What ``kv_choice`` weighs, in one round trip: (loads as
     ``app.contract.inflight.read_loads`` gives them, matched leading prompt tokens per
-    replica for the request's block-hash ``chain`` or None when no replica's index is
+    replica for the request's block-hash ``chain`` (the keys, or their index names
+    joined as ``app.gateway.kv_route.request_ids`` gives them) or None when no replica's index is
     fresh (the caller falls back to rendezvous), requests the gateways sent each replica
     while its index entry lived, prompt tokens awaiting prefill per replica, only those
     above 0). ``tally``: the caller's choices not yet counted, per
@@ -284,7 +288,7 @@ def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
 
 
 async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[object],
-                                  chain: Sequence[bytes], block_tokens: int, *,
+                                  chain: bytes | Sequence[bytes], block_tokens: int, *,
                                   stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S,
                                   tally: Mapping[object, Sequence[int]] | None = None
                                   ) -> tuple[dict, dict | None, dict, dict]:

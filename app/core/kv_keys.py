@@ -22,6 +22,8 @@ from typing import Hashable, Iterable, NamedTuple, Sequence
 # prompt one way for every pool (vLLM's CUDA default block size is 16 too).
 KEY_TOKENS = 16
 _FOLD = b"\xff"   # marks extra keys folded into a chain (images, prompt embeddings)
+# The KV-block index names a key by its first ID_BYTES bytes (``kv_index.block_id``).
+ID_BYTES = 8
 
 
 def key_namespace(adapter: str | None = None, cache_salt: str = "") -> str:
@@ -67,12 +69,14 @@ def block_hash_chain(namespace: str, tokens: Sequence[int], block_size: int = KE
 
 class _Step:
     """A chain's state after a run of parts: the keys the last part completed, the last
-    digest, the ids past the last full block, and the steps that follow by next part."""
-    __slots__ = ("keys", "digest", "left", "next", "parent", "part")
+    digest, the ids past the last full block, and the steps that follow by next part.
+    ``ids``: the keys' index names (``ID_BYTES`` each) joined, what the gateway sends."""
+    __slots__ = ("keys", "ids", "digest", "left", "next", "parent", "part")
 
     def __init__(self, keys: tuple, digest: bytes, left: bytes, parent: "_Step | None",
                  part: bytes) -> None:
         self.keys, self.digest, self.left = keys, digest, left
+        self.ids = b"".join([k[:ID_BYTES] for k in keys])
         self.next: dict[bytes, _Step] = {}
         self.parent, self.part = parent, part
 
@@ -89,7 +93,9 @@ class ChainCache:
     part is compared or copied whole. The oldest steps go past ``max_bytes`` (the parts
     they hold, and their keys).
 
-    ``chain(namespace, tokens)`` takes the ids as one part: an exact repeat reuses it."""
+    ``chain(namespace, tokens)`` takes the ids as one part: an exact repeat reuses it.
+    ``chain_ids`` gives the same chain as its keys' index names joined (the gateway's route
+    call sends them so: a join per part, not a slice per key)."""
 
     def __init__(self, max_bytes: int = 64 << 20) -> None:
         self.max_bytes = max_bytes
@@ -106,6 +112,18 @@ class ChainCache:
         """(the index keys of every full KEY_TOKENS block of the parts joined, the number
         of token ids in them)."""
         out: list[bytes] = []
+        steps, n = self._walk(namespace, parts)
+        for step in steps:
+            out += step.keys
+        return out, n
+
+    def chain_ids(self, namespace: str, parts: Iterable[bytes]) -> tuple[bytes, int]:
+        """``chain_parts`` with the keys as their index names (``ID_BYTES`` each) joined."""
+        steps, n = self._walk(namespace, parts)
+        return b"".join([step.ids for step in steps]), n
+
+    def _walk(self, namespace: str, parts: Iterable[bytes]) -> tuple[list["_Step"], int]:
+        out: list[_Step] = []
         n = 0
         with self._lock:
             step = self._roots.get(namespace)
@@ -121,7 +139,7 @@ class ChainCache:
                     got = self._add(step, part)
                 else:
                     self.reused += len(got.keys)
-                out += got.keys
+                out.append(got)
                 step = got
         return out, n // 4
 
@@ -131,10 +149,10 @@ class ChainCache:
         new = step.next[part] = _Step(tuple(keys), digest, left, step, part)
         self.hashed += len(keys)
         self._made.append(new)
-        self.bytes += len(part) + 48 * len(keys)
+        self.bytes += len(part) + 56 * len(keys)
         while self.bytes > self.max_bytes and len(self._made) > 1:
             old = self._made.popleft()
-            self.bytes -= len(old.part) + 48 * len(old.keys)
+            self.bytes -= len(old.part) + 56 * len(old.keys)
             parent = old.parent
             if parent is not None and parent.next.get(old.part) is old:
                 del parent.next[old.part]

@@ -14,6 +14,7 @@ from tests.conftest import REDIS_URL
 ARGS = [("SET", "k", 1), ("SET", "k", 1.5), ("SET", "k", 0.1 + 0.2), ("SET", "k", 10**20),
         ("SET", "k", -3), ("SET", "k", 1e300), ("SET", "k", float("inf")),
         ("SET", "ключ", b"\xff\x00"), ("SET", "k", memoryview(b"mv")), ("SET", "k", ""),
+        ("SET", "k", bytearray(b"ba")), ("SET", "k\tx", 1), ("CLIENT\tLIST",), (b"SET", "k", 2),
         ("CONFIG GET", "maxmemory"), ("EVALSHA", "ab" * 20, 2, "a", "b", "1.25", b"\x00" * 24)]
 
 

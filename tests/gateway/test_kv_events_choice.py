@@ -22,7 +22,7 @@ from app.contract import kv_index
 from app.contract.keys import Keys
 from app.contract.tokenizers import chat_tokenizer
 from app.core.rendezvous import ReplicaView, affinity_key, hrw_order
-from app.gateway.kv_route import PromptTokens, request_chain
+from app.gateway.kv_route import PromptTokens, request_chain, request_ids
 from tests.conftest import REDIS_URL
 from tests.engine.conftest import free_port
 from tests.gateway.conftest import make_world, publish_and_wait, wait_for
@@ -149,6 +149,9 @@ def test_a_short_last_message_is_left_out_of_the_chain(tokens):
         body = {"messages": msgs}
         ids = tokens.prompt_ids(body)
         chain, n = request_chain(tokens, body, None, "t")
+        # what the route call sends: the same keys as their index names, joined
+        assert request_ids(tokens, body, None, "t") == (
+            b"".join(kv_index.block_id(h) for h in chain), n)
         if len(msgs[-1]["content"]) <= TAIL_CHARS:
             # ChatML: the pieces before the last message end at its <|im_start|>
             cut = [i for i, t in enumerate(ids) if t == start][-2] + 1

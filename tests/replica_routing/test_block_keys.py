@@ -142,6 +142,7 @@ def test_the_chain_cache_reuses_shared_parts_and_gives_the_same_keys():
             ids = array("I", b"".join(parts)).tolist()
             want = block_hash_chain(ns, ids[:len(ids) // 16 * 16], 16)
             assert cache.chain_parts(ns, parts) == (want, len(ids)), (ns, parts)
+            assert cache.chain_ids(ns, parts) == (b"".join(k[:8] for k in want), len(ids))
     # the system prompt was hashed once per namespace; its keys were reused after that
     assert cache.hashed < sum(len(b"".join(p)) // 64 for p in prompts) * 2
     assert cache.reused >= 5 * 4

@@ -93,7 +93,7 @@ async def _kv_events(ctx: RequestContext, views: list):
         arm = adapters.choice(ctx)       # the adapter the chosen replicas all hold, if any
         adapter = arm[0] if arm and any(v.id in arm[1] for v in views) else None
         try:
-            chain, prompt = kv_route.request_chain(tokens, body, adapter, salt(ctx) or "")
+            chain, prompt = kv_route.request_ids(tokens, body, adapter, salt(ctx) or "")
         except Exception as exc:  # noqa: BLE001 - a template the tokenizer refuses
             log.debug("kv_events: prompt not hashed: %s", exc)
     got = None
