@@ -133,18 +133,19 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
     pipe.execute()
 
 
-# S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen, stats,
-# kv state, kv blocks); ARGV: now, the loads' ttl, the seconds after which a replica's
-# index is stale, the request's block ids (8 bytes each) joined in one string, the state
-# hashes' ttl, then the gateway's tally of its earlier choices not yet written, (replica's
-# place in KEYS /5, requests, matched prompt tokens, prompt tokens) each. The tally is added first, so the
-# requests sent that the script returns per replica (with its load, a string,
-# ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has not
-# been heard since the cutoff, and the prompt tokens the live gateways sent it that await
-# their first token, ``LOAD_LUA``'s second value) include every choice this gateway made
-# before this one.
+# S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen,
+# stats, kv state, kv blocks); ARGV: now, the loads' ttl, the seconds after which a
+# replica's index is stale, the request's block ids (8 bytes each) joined in one string,
+# the state hashes' ttl, then the gateway's tally of its earlier choices not yet
+# written, (replica's place in KEYS /5, requests, matched prompt tokens, prompt tokens)
+# each. The tally is added first, so the requests sent that the script returns per
+# replica (with its load, a string, ``LOAD_LUA``, the number of leading blocks it holds,
+# -1 when its subscriber has not been heard since the cutoff, and the prompt tokens the
+# live gateways sent it that await their first token, ``LOAD_LUA``'s second value)
+# include every choice this gateway made before this one.
 # The requests sent count from a base (``sent_base``) set when the script first sees the
-# replica: 0 for every replica of a new set, the mean of the others for one that joins it.
+# replica: 0 for every replica of a new set, the mean of the others for one that joins
+# it.
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
 local members = nil
@@ -269,14 +270,14 @@ def _parse_route(replica_ids, got, block_tokens: int
 
 
 def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],
-                      chain: bytes | Sequence[bytes], block_tokens: int, *, stale_s: float = STALE_S,
-                      load_ttl_s: int = LOAD_TTL_S,
+                      chain: bytes | Sequence[bytes], block_tokens: int, *,
+                      stale_s: float = STALE_S, load_ttl_s: int = LOAD_TTL_S,
                       tally: Mapping[object, Sequence[int]] | None = None
                       ) -> tuple[dict, dict | None, dict, dict]:
     """What ``kv_choice`` weighs, in one round trip: (loads as
     ``app.contract.inflight.read_loads`` gives them, matched leading prompt tokens per
-    replica for the request's block-hash ``chain`` (the keys, or their index names
-    joined as ``app.gateway.kv_route.request_ids`` gives them) or None when no replica's index is
+    replica for the request's block-hash ``chain`` (the keys, or their index names joined
+    as ``app.gateway.kv_route.request_ids`` gives them) or None when no replica's index is
     fresh (the caller falls back to rendezvous), requests the gateways sent each replica
     while its index entry lived, prompt tokens awaiting prefill per replica, only those
     above 0). ``tally``: the caller's choices not yet counted, per

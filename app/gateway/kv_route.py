@@ -185,10 +185,11 @@ class PromptTokens:
     def _plan(self, skel: tuple[list[str], list[int]]) -> list | None:
         """The skeleton cut where the tokenizer cuts its text, at the special tokens: per
         piece either ids (bytes: special tokens and the literal-only pieces between them,
-        joined) or the literal texts and content slots whose join is one text to tokenize. For contents that hold no special token's first
-        character the cuts all fall in the literals, so the render need not be built and
-        searched per request. None when a literal ends in the beginning of a special
-        token (one could then run on into a content)."""
+        joined) or the literal texts and content slots whose join is one text to tokenize.
+        For contents that hold no special token's first character the cuts all fall in
+        the literals, so the render need not be built and searched per request. None
+        when a literal ends in the beginning of a special token (one could then run on
+        into a content)."""
         if self.split is None:
             return None
         literals, slots = skel
