@@ -172,14 +172,17 @@ for i = 1, #KEYS / 5 do
   local c = -1
   if seen and seen >= cutoff then
     c = 0
-    if blocks > 0 and redis.call('EXISTS', KEYS[b + 5]) == 1 then
+    -- the first block first: a replica without it matches nothing (one call, as an
+    -- EXISTS was, and a replica whose cache holds other prompts stops here too)
+    if blocks > 0 and redis.call('SISMEMBER', KEYS[b + 5], string.sub(chain, 1, 8)) == 1 then
+      c = 1
       if not members then
         members = {}
         for j = 1, blocks do members[j] = string.sub(chain, 8 * j - 7, 8 * j) end
       end
-      -- SMISMEMBER (Redis 6.2) in runs of 256: a call per run instead of one per block,
-      -- and unpack stays far below Lua's stack limit on a long prompt
-      for s = 1, blocks, 256 do
+      -- the rest by SMISMEMBER (Redis 6.2) in runs of 256: a call per run instead of one
+      -- per block, and unpack stays far below Lua's stack limit on a long prompt
+      for s = 2, blocks, 256 do
         local e = math.min(s + 255, blocks)
         local held = redis.call('SMISMEMBER', KEYS[b + 5], unpack(members, s, e))
         local run = 0

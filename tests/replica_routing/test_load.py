@@ -254,19 +254,21 @@ def test_a_replica_that_joins_counts_its_requests_sent_from_the_mean(app, redis_
 
 
 def test_a_long_prompt_matches_its_leading_blocks_only(app, redis_client):
-    """The script asks for a prompt's blocks in runs of 256: a match stops at the first
-    block a replica lacks, on either side of a run's edge, and a prompt of 2,000 blocks
-    (32k tokens) is read in one call."""
+    """The script asks for a prompt's first block, then the rest in runs of 256: a match
+    stops at the first block a replica lacks, on either side of a run's edge (a replica
+    without the first block matches nothing, whatever else it holds), and a prompt of 2,000
+    blocks (32k tokens) is read in one call."""
     from app.contract import kv_index
     from app.contract.keys import Keys
     keys = Keys(app.config["REDIS_NAMESPACE"] + ":load-kv-long")
     chain = [n.to_bytes(4, "big") * 8 for n in range(2000)]
     held = {1: chain[:300], 2: chain[:256] + chain[257:], 3: chain[:256],
-            4: chain[:10] + chain[11:], 5: chain}
+            4: chain[:10] + chain[11:], 5: chain, 6: chain[:257], 7: chain[:258],
+            8: chain[1:], 9: chain[:1], 10: chain[:2]}
     for rid, blocks in held.items():
         kv_index.apply_events(redis_client, keys, rid, [("BlockStored", blocks)], seq=0)
     matched = kv_index.read_matched(redis_client, keys, list(held), chain, 16)
     assert matched == {1: 300 * 16.0, 2: 256 * 16.0, 3: 256 * 16.0, 4: 10 * 16.0,
-                       5: 2000 * 16.0}
+                       5: 2000 * 16.0, 6: 257 * 16.0, 7: 258 * 16.0, 9: 16.0, 10: 32.0}
     for key in redis_client.scan_iter(f"{keys.ns}:*"):
         redis_client.delete(key)
