@@ -237,12 +237,8 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
                 tally: Mapping[object, Sequence[int]] | None = None) -> tuple[list, list]:
     names = script_keys(_ROUTE_NAMES, keys, replica_ids, _route_keys)
     now = time.time()
-    if chain.__class__ is bytes:                # the gateway's: index names joined
-        blob = chain
-    elif chain and isinstance(chain[0], bytes):   # digests: one slice each
-        blob = b"".join([h[:ID_BYTES] for h in chain])
-    else:
-        blob = b"".join(block_id(h) for h in chain)
+    # the gateway's are its keys' index names joined already (kv_route.request_ids)
+    blob = chain if chain.__class__ is bytes else b"".join([block_id(h) for h in chain])
     args = [repr(now), load_ttl_s, stale_s, blob, TTL_S]
     if tally:
         for i, rid in enumerate(replica_ids, 1):

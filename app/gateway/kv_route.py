@@ -227,7 +227,7 @@ class PromptTokens:
 
     def _plain_ok(self, contents: list[str]) -> bool:
         """Contents a skeleton takes verbatim: none empty, none with a marker's NUL."""
-        return all(contents) and not any("\x00" in c for c in contents)
+        return _takes_plan(contents, _NUL)
 
     def render_plain(self, messages: list[dict]) -> str:
         """``render(messages)`` (role and string content only), from the role sequence's
@@ -303,6 +303,9 @@ class PromptTokens:
                                             add_generation_prompt=True, tokenize=False,
                                             **kwargs)
         return self.encode_parts(text), 0
+
+
+_NUL = ("\x00",)
 
 
 def _takes_plan(contents: list[str], unsafe: tuple[str, ...]) -> bool:
@@ -458,8 +461,7 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
     parts, left_out = tokens.route_parts(body)
     chain, n = tokens.chains.chain_parts(key_namespace(adapter, salt), parts)
     n += left_out
-    # the engine looks up (n - 1) // block tokens: the last token is always computed
-    del chain[max(0, (n - 1) // BLOCK_TOKENS):]
+    del chain[_looked_up(n):]
     return chain, n
 
 
@@ -470,7 +472,13 @@ def request_ids(tokens: PromptTokens, body: dict, adapter: str | None, salt: str
     parts, left_out = tokens.route_parts(body)
     ids, n = tokens.chains.chain_ids(key_namespace(adapter, salt), parts)
     n += left_out
-    return ids[:max(0, (n - 1) // BLOCK_TOKENS) * ID_BYTES], n
+    return ids[:_looked_up(n) * ID_BYTES], n
+
+
+def _looked_up(prompt_tokens: int) -> int:
+    """The blocks the engine looks up for a prompt this long: (n - 1) // block tokens, as
+    the last token is always computed."""
+    return max(0, (prompt_tokens - 1) // BLOCK_TOKENS)
 
 
 async def route_inputs(services, replica_ids: list, chain: bytes | list[bytes],
