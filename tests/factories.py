@@ -7,8 +7,9 @@ import factory
 from factory.alchemy import SQLAlchemyModelFactory
 
 from app.auth.models import User
-from app.catalog.models import Pool, Tier
+from app.catalog.models import Pool, Replica, Tier
 from app.extensions import db
+from app.policies.models import Policy
 from app.security import KEY_PREFIX, hash_password, new_token
 from app.tenants.models import ApiKey, Tenant
 
@@ -82,3 +83,19 @@ def make_key(tenant: Tenant, name: str = "k") -> tuple[ApiKey, str]:
     db.session.add(key)
     db.session.commit()
     return key, plaintext
+
+
+def kv_events_pool(tenant: Tenant, name: str) -> tuple[Replica, Replica]:
+    """``tenant`` on ``replica_choice: kv_events`` and a reference pool ``name`` with KV
+    events on and two healthy replicas (index 0 and 1), committed: the Routing page's
+    kv section."""
+    db.session.add(Policy(tenant_id=tenant.id, values={"replica_choice": "kv_events"}))
+    pool = Pool(name=name, model="tiny", served_model_name="tiny", engine="reference",
+                options={"kv_events": True})
+    db.session.add(pool)
+    db.session.flush()
+    reps = (Replica(pool_id=pool.id, index=0, url="http://127.0.0.1:9", state="healthy"),
+            Replica(pool_id=pool.id, index=1, url="http://127.0.0.1:10", state="healthy"))
+    db.session.add_all(reps)
+    db.session.commit()
+    return reps

@@ -9,14 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from app.catalog.models import Pool, Replica
 from app.contract import kv_index
 from app.contract.inflight import InflightTracker
 from app.contract.keys import Keys
-from app.extensions import db
-from app.policies.models import Policy
 from tests.e2e.conftest import sign_in
-from tests.factories import TenantFactory, UserFactory
+from tests.factories import TenantFactory, UserFactory, kv_events_pool
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -24,15 +21,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 def test_routing_page_shows_the_kv_index_per_replica(app, console, page, redis_client,
                                                     tmp_path):
     tenant = TenantFactory()
-    db.session.add(Policy(tenant_id=tenant.id, values={"replica_choice": "kv_events"}))
-    pool = Pool(name="kvpool-browser", model="tiny", served_model_name="tiny",
-                engine="reference", options={"kv_events": True})
-    db.session.add(pool)
-    db.session.flush()
-    fresh = Replica(pool_id=pool.id, index=0, url="http://127.0.0.1:9", state="healthy")
-    silent = Replica(pool_id=pool.id, index=1, url="http://127.0.0.1:10", state="healthy")
-    db.session.add_all([fresh, silent])
-    db.session.commit()
+    fresh, silent = kv_events_pool(tenant, "kvpool-browser")
     keys = Keys(app.config["REDIS_NAMESPACE"])
     kv_index.apply_events(redis_client, keys, fresh.id,
                           [("BlockStored", [bytes([i]) * 32 for i in range(1, 4)])], seq=7)
@@ -47,17 +36,26 @@ def test_routing_page_shows_the_kv_index_per_replica(app, console, page, redis_c
         sign_in(page, console, UserFactory(role="viewer", tenant=tenant).email)
         page.goto(console + "/routing/")
         section = page.locator("#kv-routing")
-        text = section.inner_text()
-        assert "kv_events" in text
-        row = section.locator("tr", has_text="kvpool-browser-0")
-        cells = row.inner_text()
-        # seq 7, 3 blocks, matched share 900 / 1200, engine hit rate, 1 in flight,
-        # 2,048 tokens to prefill
-        for want in ("7", "3", "75.0%", "50.0%", "2,048 tokens"):
-            assert want in cells, (want, cells)
-        assert row.locator(".ok").count() == 1           # its index is fresh
-        other = section.locator("tr", has_text="kvpool-browser-1").inner_text()
-        assert "75.0%" not in other and "0 tokens" in other
+        assert "1 tenant on kv_events" in " ".join(section.inner_text().split())
+        head = section.locator("table").first.locator("th").all_inner_texts()
+        cols = [" ".join(h.split()) for h in head]
+
+        def cells(replica: str) -> dict[str, str]:
+            row = section.locator("tr", has_text=replica)
+            return dict(zip(cols, (c.strip() for c in row.locator("td").all_inner_texts())))
+        got = cells("kvpool-browser-0")
+        assert got["Index age"].endswith(" s")
+        # its index age is marked fresh (the page's ok class)
+        assert section.locator("tr", has_text="kvpool-browser-0").locator(".ok").count() == 1
+        assert {c: got[c] for c in ("Seq", "Blocks", "Routed", "Matched share", "In flight",
+                                    "Prefill pending", "Engine hit rate")} == {
+            "Seq": "7", "Blocks": "3", "Routed": "4", "Matched share": "75.0%",
+            "In flight": "1", "Prefill pending": "2,048 tokens", "Engine hit rate": "50.0%"}
+        other = cells("kvpool-browser-1")
+        assert {c: other[c] for c in ("Index age", "Blocks", "Matched share", "In flight",
+                                      "Prefill pending")} == {
+            "Index age": "—", "Blocks": "0", "Matched share": "—", "In flight": "0",
+            "Prefill pending": "0 tokens"}
         shots = os.environ.get("SLUICE_SCREENSHOTS")
         out = (DOCS if shots == "docs" else tmp_path) / "routing-kv.png"
         section.screenshot(path=str(out))
@@ -66,3 +64,4 @@ def test_routing_page_shows_the_kv_index_per_replica(app, console, page, redis_c
         gw.release(fresh.id, 2048)
         kv_index.forget(redis_client, keys, fresh.id)
         redis_client.delete(keys.replica_stats(fresh.id))
+

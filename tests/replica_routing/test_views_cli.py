@@ -112,22 +112,14 @@ def test_page_shows_kv_routing_in_force_freshness_share_and_engine_hit_rate(app,
 
     import redis.asyncio as aredis
 
-    from app.catalog.models import Pool, Replica
     from app.contract import kv_index
     from app.contract.keys import Keys
     from app.extensions import db
     from app.policies.models import Policy
+    from tests.factories import kv_events_pool
     t1 = TenantFactory()
     db.session.add(Policy(tenant_id=None, values={"replica_choice": "sluice"}))
-    db.session.add(Policy(tenant_id=t1.id, values={"replica_choice": "kv_events"}))
-    pool = Pool(name="kvpool-page", model="tiny", served_model_name="tiny", engine="reference",
-                options={"kv_events": True})
-    db.session.add(pool)
-    db.session.flush()
-    fresh = Replica(pool_id=pool.id, index=0, url="http://127.0.0.1:9", state="healthy")
-    silent = Replica(pool_id=pool.id, index=1, url="http://127.0.0.1:10", state="healthy")
-    db.session.add_all([fresh, silent])
-    db.session.commit()
+    fresh, silent = kv_events_pool(t1, "kvpool-page")
     keys = Keys(app.config["REDIS_NAMESPACE"])
     kv_index.apply_events(redis_client, keys, fresh.id, [("BlockStored", [b"a" * 32, b"b" * 32])],
                           seq=41)
