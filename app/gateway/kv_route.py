@@ -44,6 +44,8 @@ BLOCK_TOKENS = KEY_TOKENS  # the index's key size, whatever the engines' block s
 # requests paid for kv_events (bench/results/gateway_overhead.txt, 2026-12-06 evening).
 TAIL_CHARS = 4 * TAIL_TOKENS
 PIECE_CACHE = 4096         # tokenized pieces kept per tokenizer
+# characters of earlier messages the route memo keeps per tokenizer (``request_ids``)
+ROUTE_MEMO_CHARS = 8 << 20
 SHAPES = 512               # role sequences whose rendered skeleton is kept per tokenizer
 
 # A skeleton is the template rendered once with a marker for each message's content; a
@@ -84,6 +86,13 @@ class PromptTokens:
         self.chains = ChainCache()     # index keys of recent prompts' leading blocks
         self.lock = threading.Lock()
         self.hits = self.misses = 0
+        # (namespace, roles, contents before the last) of a plain conversation whose short
+        # last message the chain leaves out -> (its index names joined, the prompt tokens
+        # less that message's estimate, characters held): ``request_ids``
+        self.route_memo: dict[tuple, tuple[bytes, int, int]] = {}
+        self.route_memo_chars = 0
+        self.route_memo_max = ROUTE_MEMO_CHARS
+        self.memo_hits = 0
 
     def _piece(self, text: str) -> bytes:
         """``text``'s ids as uint32 bytes (the chain hashes bytes; joining a prompt's
@@ -285,6 +294,39 @@ class PromptTokens:
         (0 when none were)."""
         return self._prompt(body, True)
 
+    def tail_probe(self, body: dict) -> tuple[tuple, int] | None:
+        """((roles, contents before the last), the last content's length) of a body whose
+        chain ``route_parts`` may cut before a short last message: a plain conversation
+        (string contents, role and content only, no tools) whose last message is at most
+        TAIL_CHARS characters and holds nothing that keeps it off the plan; else None.
+        Whether the earlier contents take the plan is what ``route_parts`` says."""
+        messages = body.get("messages")
+        if not messages or body.get("tools") or self.render is None:
+            return None
+        roles, contents = [], []
+        for m in messages:
+            content = m.get("content")
+            if content.__class__ is not str or len(m) > 2:
+                return None
+            roles.append(m.get("role"))
+            contents.append(content)
+        tail = contents.pop()
+        if len(tail) > TAIL_CHARS or not _takes_plan((tail,), self._unsafe):
+            return None
+        return (tuple(roles), tuple(contents)), len(tail)
+
+    def remember(self, key: tuple, ids: bytes, n: int) -> None:
+        """Keep a ``request_ids`` result for ``key`` (``tail_probe``'s, with the namespace),
+        the oldest going past ``route_memo_max`` characters."""
+        chars = sum(map(len, key[2])) + len(ids)
+        with self.lock:
+            if key in self.route_memo:
+                return
+            self.route_memo[key] = (ids, n, chars)
+            self.route_memo_chars += chars
+            while self.route_memo_chars > self.route_memo_max and len(self.route_memo) > 1:
+                self.route_memo_chars -= self.route_memo.pop(next(iter(self.route_memo)))[2]
+
     def _prompt(self, body: dict, short_tail: bool) -> tuple[list[bytes], int]:
         messages, plain = [], True
         for m in body.get("messages") or []:
@@ -468,9 +510,28 @@ def request_chain(tokens: PromptTokens, body: dict, adapter: str | None, salt: s
 def request_ids(tokens: PromptTokens, body: dict, adapter: str | None, salt: str
                 ) -> tuple[bytes, int]:
     """``request_chain`` with its keys as their index names joined (``ID_BYTES`` each), as
-    the route call sends them: one join per prompt part, not a slice per block."""
+    the route call sends them: one join per prompt part, not a slice per block.
+
+    A conversation whose short last message the chain leaves out is matched on its earlier
+    messages only, so its result is kept per (namespace, roles, earlier contents): the next
+    request with the same system prompt and a new short question (most single-turn traffic)
+    costs a dict lookup instead of the plan, the piece cache and the chain walk (48k of the
+    113k instructions a request that kv_events added over today's S03, callgrind,
+    bench/results/gateway_overhead.txt)."""
+    namespace = key_namespace(adapter, salt)
+    probe = tokens.tail_probe(body)
+    if probe is not None:
+        key = (namespace, *probe[0])
+        got = tokens.route_memo.get(key)
+        if got is not None:
+            tokens.memo_hits += 1
+            n = got[1] + (probe[1] + 3) // 4
+            return got[0][:_looked_up(n) * ID_BYTES], n
     parts, left_out = tokens.route_parts(body)
-    ids, n = tokens.chains.chain_ids(key_namespace(adapter, salt), parts)
+    ids, n = tokens.chains.chain_ids(namespace, parts)
+    if probe is not None and left_out:
+        # route_parts cut the same short last message: the rest holds for any such one
+        tokens.remember(key, ids, n + left_out - (probe[1] + 3) // 4)
     n += left_out
     return ids[:_looked_up(n) * ID_BYTES], n
 

@@ -171,6 +171,56 @@ def test_a_short_last_message_is_left_out_of_the_chain(tokens):
         block_hash_chain(ns, ids)[:(len(ids) - 1) // 16], len(ids))
 
 
+def test_the_route_memo_gives_what_the_chain_gives(tokens):
+    """``request_ids`` keeps its result per (namespace, roles, contents before a short last
+    message): a later body with the same earlier messages and another short question (a
+    new object, as each request parses its own) gets the chain ``request_chain`` computes
+    from scratch; other salts, roles, earlier contents, long or unsafe last messages, tools
+    and content parts are not served from another's entry; the memo keeps its bound."""
+    import json
+    import random
+    rng = random.Random(17)
+    tokens = PromptTokens(tokens.tok)            # a memo of its own
+    fresh = PromptTokens(tokens.tok)             # the chain from scratch, never memoized
+    system = "You sort invoices into ledgers. " * 12
+    questions = ["Invoice 4411 from Acme, where to?", "And 4412?", "x" * 511, "y" * 512,
+                 "z" * 513, "Is <b> bold?", "Where does 9 go?\n\n", "é"]
+    prefixes = [[{"role": "system", "content": system}],
+                [{"role": "system", "content": system + "!"}],
+                [{"role": "developer", "content": system}],
+                [{"role": "system", "content": system}, {"role": "user", "content": "Hi"},
+                 {"role": "assistant", "content": "Ledger 7."}],
+                [{"role": "system", "content": "Sort <b>these</b>."}]]
+    checked = 0
+    for _ in range(160):
+        msgs = rng.choice(prefixes) + [{"role": "user", "content": rng.choice(questions)}]
+        body = json.loads(json.dumps({"messages": msgs}))
+        if rng.random() < 0.1:
+            body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+        salt = rng.choice(["t", "u", ""])
+        chain, n = request_chain(fresh, body, None, salt)
+        fresh.chains = type(fresh.chains)()      # no step kept between bodies either
+        assert request_ids(tokens, body, None, salt) == (
+            b"".join(kv_index.block_id(h) for h in chain), n), body
+        checked += 1
+    assert tokens.memo_hits > 60 and checked == 160
+    # a body of content parts is matched as its joined text, never through the memo
+    parts = {"messages": [{"role": "system", "content": [{"type": "text", "text": system}]},
+                          {"role": "user", "content": "And 4412?"}]}
+    hits = tokens.memo_hits
+    assert request_ids(tokens, parts, None, "t") == request_ids(tokens, json.loads(
+        json.dumps({"messages": [{"role": "system", "content": system},
+                                 {"role": "user", "content": "And 4412?"}]})), None, "t")
+    assert tokens.memo_hits == hits + 1          # the plain body's, not the parts'
+    # the bound: the oldest entries go
+    tokens.route_memo_max = 2 * len(system)
+    for i in range(6):
+        request_ids(tokens, {"messages": [{"role": "system", "content": f"{i} {system}"},
+                                          {"role": "user", "content": "Hi"}]}, None, "t")
+    assert tokens.route_memo_chars <= tokens.route_memo_max
+    assert 1 <= len(tokens.route_memo) <= 2
+
+
 def test_a_template_that_trims_contents_keeps_its_render(tokens):
     odd = PromptTokens(tokens.tok)
     odd.render = lambda msgs: "".join(f"<{m['role']}>{m['content'].strip()}|" for m in msgs)
