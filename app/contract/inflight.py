@@ -45,6 +45,7 @@ from typing import Any, Hashable, Iterable, Mapping
 
 from redis.exceptions import NoScriptError
 
+from app.contract.aredis import head, packs_heads
 from app.contract.keys import Keys
 
 DEFAULT_TTL_S = 30
@@ -89,11 +90,12 @@ local function replica_load(inflight, seen, stats, now, ttl)
   return live + waiting, pend
 end
 """
-# KEYS: (inflight, inflight_seen, stats) per replica; ARGV: now, ttl. Loads as strings (a
-# Lua number would come back truncated to an integer).
+# KEYS: (inflight, inflight_seen, stats) per replica; ARGV: ttl, now (the fixed argument
+# first: ``Lua.acall`` packs it once with the keys). Loads as strings (a Lua number would
+# come back truncated to an integer).
 _LOADS_LUA = LOAD_LUA + """
 local out = {}
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ttl, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 for i = 1, #KEYS / 3 do
   out[i] = tostring(replica_load(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], now, ttl))
 end
@@ -114,8 +116,15 @@ class Lua:
         except NoScriptError:
             return redis.eval(self.text, len(keys), *keys, *args)
 
-    async def acall(self, redis, keys: list, args: list):
+    async def acall(self, redis, keys: list, args: list, fixed: int = 0):
+        """The script on an asyncio client. ``fixed``: how many leading ``args`` are the
+        same on every call with these ``keys``; on the gateway's client (``app.contract.
+        aredis``) they are packed once with the keys, so a call packs only the rest."""
         try:
+            if fixed and packs_heads(redis):
+                return await redis.execute_command(
+                    "EVALSHA", head(("EVALSHA", self.sha, len(keys), *keys, *args[:fixed])),
+                    *args[fixed:])
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return await redis.eval(self.text, len(keys), *keys, *args)
@@ -125,7 +134,7 @@ _LOADS = Lua(_LOADS_LUA)
 # The same keys and arguments; per replica its load (a string) and its pending prefill.
 _LOADS_PENDING = Lua(LOAD_LUA + """
 local out = {}
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local ttl, now = tonumber(ARGV[1]), tonumber(ARGV[2])
 for i = 1, #KEYS / 3 do
   local load, pend = replica_load(KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], now, ttl)
   out[2 * i - 1], out[2 * i] = tostring(load), pend
@@ -165,7 +174,7 @@ _LOAD_NAMES: dict[tuple, list[str]] = {}
 
 def _loads_call(ids: list, ns: Keys | str, ttl_s: int, now: float | None) -> tuple[list, list]:
     return (script_keys(_LOAD_NAMES, _keys(ns), ids, load_keys),
-            [repr(time.time() if now is None else now), ttl_s])
+            [ttl_s, repr(time.time() if now is None else now)])
 
 
 def read_loads(redis, replica_ids: Iterable[Hashable], ns: Keys | str, *,
@@ -185,7 +194,7 @@ async def read_loads_async(redis, replica_ids: Iterable[Hashable], ns: Keys | st
     ids = list(replica_ids)
     if not ids:
         return {}
-    got = await _LOADS.acall(redis, *_loads_call(ids, ns, ttl_s, now))
+    got = await _LOADS.acall(redis, *_loads_call(ids, ns, ttl_s, now), fixed=1)
     return {rid: parse_load(v) for rid, v in zip(ids, got)}
 
 

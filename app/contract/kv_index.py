@@ -134,26 +134,27 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 
 
 # S03 kv_events' one round trip: per replica, KEYS holds (inflight, inflight_seen,
-# stats, kv state, kv blocks); ARGV: now, the loads' ttl, the seconds after which a
-# replica's index is stale, the request's block ids (8 bytes each) joined in one string,
-# the state hashes' ttl, then the gateway's tally of its earlier choices not yet
-# written, (replica's place in KEYS /5, requests, matched prompt tokens, prompt tokens)
-# each. The tally is added first, so the requests sent that the script returns per
-# replica (with its load, a string, ``LOAD_LUA``, the number of leading blocks it holds,
-# -1 when its subscriber has not been heard since the cutoff, and the prompt tokens the
-# live gateways sent it that await their first token, ``LOAD_LUA``'s second value)
-# include every choice this gateway made before this one.
+# stats, kv state, kv blocks); ARGV: the loads' ttl, the seconds after which a replica's
+# index is stale, the state hashes' ttl (the fixed arguments first: ``Lua.acall`` packs
+# them once with the keys), now, the request's block ids (8 bytes each) joined in one
+# string, then the gateway's tally of its earlier choices not yet written, (replica's
+# place in KEYS /5, requests, matched prompt tokens, prompt tokens) each. The tally is
+# added first, so the requests sent that the script returns per replica (with its load, a
+# string, ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has
+# not been heard since the cutoff, and the prompt tokens the live gateways sent it that
+# await their first token, ``LOAD_LUA``'s second value) include every choice this gateway
+# made before this one.
 # The requests sent count from a base (``sent_base``) set when the script first sees the
 # replica: 0 for every replica of a new set, the mean of the others for one that joins
 # it.
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
 local members = nil
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
-local cutoff = now - tonumber(ARGV[3])
-local chain = ARGV[4]
+local ttl, now = tonumber(ARGV[1]), tonumber(ARGV[4])
+local cutoff = now - tonumber(ARGV[2])
+local state_ttl = tonumber(ARGV[3])
+local chain = ARGV[5]
 local blocks = #chain / 8
-local state_ttl = tonumber(ARGV[5])
 local joined, known_sum, known_n = {}, 0, 0
 for a = 6, #ARGV, 4 do
   local state = KEYS[5 * tonumber(ARGV[a]) - 1]
@@ -239,7 +240,7 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
     now = time.time()
     # the gateway's are its keys' index names joined already (kv_route.request_ids)
     blob = chain if chain.__class__ is bytes else b"".join([block_id(h) for h in chain])
-    args = [repr(now), load_ttl_s, stale_s, blob, TTL_S]
+    args = [load_ttl_s, stale_s, TTL_S, repr(now), blob]
     if tally:
         for i, rid in enumerate(replica_ids, 1):
             row = tally.get(rid)
@@ -294,7 +295,7 @@ async def read_route_inputs_async(redis, keys: Keys, replica_ids: Sequence[objec
                                   ) -> tuple[dict, dict | None, dict, dict]:
     """``read_route_inputs`` on an asyncio Redis client (the gateway's)."""
     got = await _ROUTE.acall(redis, *_route_call(keys, replica_ids, chain, stale_s,
-                                                 load_ttl_s, tally))
+                                                 load_ttl_s, tally), fixed=3)
     return _parse_route(replica_ids, got, block_tokens)
 
 

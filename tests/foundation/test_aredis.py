@@ -66,3 +66,44 @@ def test_round_trips(redis_namespace):
             await client.delete(key, key + ":n", key + ":f")
             await client.aclose()
     asyncio.run(go())
+
+
+def test_a_packed_head_gives_the_whole_commands_bytes():
+    """A command sent as (head, *rest) is packed as the whole command would be, with or
+    without a rest; the head is packed once per distinct leading arguments."""
+    ours = aredis.packing(Connection)()
+    theirs = Connection()
+    full = ("EVALSHA", "ab" * 20, 3, "k:1", "k:2", "ключ", 30, 10.0, b"\x00\xff" * 8, "1.5")
+    for cut in (1, 2, 6, 8, len(full)):
+        h = aredis.head(full[:cut])
+        assert h is aredis.head(tuple(full[:cut])) and h.n == cut
+        assert b"".join(ours.pack_command(full[0], h, *full[cut:])) == \
+            b"".join(theirs.pack_command(*full)), cut
+
+
+def test_a_script_with_fixed_arguments_round_trips_and_reloads(redis_namespace):
+    async def go():
+        client = aredis.from_url(REDIS_URL, socket_timeout=2.0)
+        key = f"{redis_namespace}:aredis-head"
+        # a text of its own: Redis has never seen it, so the first call is sent again as
+        # EVAL (as after a restart or SCRIPT FLUSH, which would hit the other tests too)
+        script = Lua(f"-- {key}\nreturn {{KEYS[1], ARGV[1], ARGV[2], ARGV[3]}}")
+        try:
+            assert aredis.packs_heads(client)
+            assert await client.script_exists(script.sha) == [False]
+            for n in range(3):
+                got = await script.acall(client, [key], [7, f"now-{n}", b"\x00"], fixed=1)
+                assert got == [key.encode(), b"7", f"now-{n}".encode(), b"\x00"]
+            assert await client.script_exists(script.sha) == [True]
+            assert await script.acall(client, [key], [8, "x", b""], fixed=2) == [
+                key.encode(), b"8", b"x", b""]
+            # a client this module did not make takes the plain EVALSHA
+            import redis.asyncio as aioredis
+            plain = aioredis.Redis.from_url(REDIS_URL)
+            assert not aredis.packs_heads(plain)
+            assert await script.acall(plain, [key], [9, "y", b"z"], fixed=1) == [
+                key.encode(), b"9", b"y", b"z"]
+            await plain.aclose()
+        finally:
+            await client.aclose()
+    asyncio.run(go())
