@@ -342,30 +342,46 @@ def print_table(results: dict[int, dict[str, dict]]) -> None:
 def median_cell(runs: list[dict]) -> dict:
     """One target's cell over rounds: the median of each figure, every round's p50 kept."""
     import statistics
+    rounds = {"rounds_p50": [r["p50_ms"] for r in runs], "rounds_rps": [r["rps"] for r in runs],
+              "rounds_cpu": [r["cpu_us"] for r in runs]}
     if len(runs) == 1:
-        return {**runs[0], "rounds_p50": [runs[0]["p50_ms"]]}
+        return {**runs[0], **rounds}
     out = dict(runs[-1])
     for k in ("p50_ms", "p99_ms", "rps", "cpu_us"):
         vals = [r[k] for r in runs if r[k] is not None]
         out[k] = statistics.median(vals) if vals else None
     out["errors"] = sum(r["errors"] for r in runs)
-    out["rounds_p50"] = [r["p50_ms"] for r in runs]
+    out.update(rounds)
     return out
 
 
-def print_pairs(results: dict[int, dict[str, dict]]) -> None:
-    """--s03: s03-kv minus s03-sluice p50 per round (the two ran back to back each round)."""
+def print_pairs(results: dict[int, dict[str, dict]], closed: bool = True) -> None:
+    """--s03: s03-kv minus s03-sluice per round (the two ran back to back each round): p50;
+    the mean latency by Little's law (a closed loop of N connections: N / req/s, every
+    request's latency in it, not the one at the median; closed loops only); the gateway's
+    CPU a request."""
     import statistics
+
+    def line(what: str, diffs: list[float], unit: str, fmt: str) -> None:
+        if diffs:
+            print(f"{what} per round ({unit}): " + " ".join(format(d, fmt) for d in diffs)
+                  + f"; median {format(statistics.median(diffs), fmt)}")
     for conc, row in results.items():
         for kv, sl in (("s03-kv", "s03-sluice"), ("s03n-kv", "s03n-sluice")):
             if kv not in row or sl not in row:
                 continue
-            diffs = [a - b for a, b in zip(row[kv]["rounds_p50"], row[sl]["rounds_p50"])
-                     if a is not None and b is not None]
-            if diffs:
-                print(f"conc {conc}: {kv} minus {sl} p50 per round (ms): "
-                      + " ".join(f"{d:+.2f}" for d in diffs)
-                      + f"; median {statistics.median(diffs):+.2f}")
+            a, b = row[kv], row[sl]
+            line(f"conc {conc}: {kv} minus {sl} p50",
+                 [x - y for x, y in zip(a["rounds_p50"], b["rounds_p50"])
+                  if x is not None and y is not None], "ms", "+.2f")
+            if closed:
+                line(f"conc {conc}: {kv} minus {sl} mean latency (conc / req/s)",
+                     [1000.0 * conc * (1.0 / x - 1.0 / y)
+                      for x, y in zip(a["rounds_rps"], b["rounds_rps"]) if x and y],
+                     "ms", "+.2f")
+            line(f"conc {conc}: {kv} minus {sl} gateway CPU a request",
+                 [x - y for x, y in zip(a["rounds_cpu"], b["rounds_cpu"])
+                  if x is not None and y is not None], "us", "+.0f")
 
 
 def teardown(procs: list[subprocess.Popen], r, ns: str) -> None:
@@ -540,11 +556,11 @@ def main() -> None:
         print(f"gateway overhead, non-streaming chat completions, {args.seconds:g}s per cell, "
               f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, "
               f"{args.gateway_workers} gateway worker(s)")
-        for title, results in runs:
+        for i, (title, results) in enumerate(runs):
             print(f"\n{title}" + (f"; each cell the median of {args.rounds} rounds, run in "
                                   "alternating order" if args.rounds > 1 else ""))
             print_table(results)
-            print_pairs(results)
+            print_pairs(results, closed=i == 0)
         if litellm_note:
             print(litellm_note)
     finally:
