@@ -95,12 +95,19 @@ class BudgetGuard:
         period = rb.current_period()
         if time.monotonic() < self._skip_until:
             return None, period
+        hold = self._hold(request_id)
         try:
             ok, reason = await rb.areserve(self.redis, self.ns, tenant_id, estimate,
-                                           period=period, hold=self._hold(request_id))
+                                           period=period, hold=hold)
         except Exception as exc:  # noqa: BLE001 - never refuse traffic because Redis is down
             log.warning("budget counters unavailable, failing open: %s", exc)
             self._skip_until = time.monotonic() + self.open_s
+            if hold is not None:
+                # the script may have run with its reply lost (Redis killed or cut off right
+                # after it; an append-only file keeps it across a restart): give the hold
+                # back with the retried settles, applied only if the hold is there
+                self.unsettled.append((tenant_id, estimate, Decimal(0), period, None,
+                                       request_id))
             return None, period
         if not ok:
             body = rb.error_body(reason)["error"]

@@ -72,3 +72,64 @@ def test_reaper_returns_dead_and_expired_holds_and_nothing_twice(app, redis_clie
                 k.gateway_alive("alive")):
         r.delete(key)
     r.srem(k.gateway_instances(), "alive")
+
+
+def test_a_reserve_whose_reply_was_lost_gives_its_hold_back(app, redis_client):
+    """Redis ran the reserve script but the gateway never saw the reply (Redis killed or
+    cut off right after it; with an append-only file the hold survives a restart): the
+    gateway fails open, and its retried settles give the hold back, once. A reserve that
+    never ran leaves nothing to give back, and its retry takes nothing off another hold."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from app.gateway.budget import BudgetGuard
+    r, k, tid = redis_client, keys(), 4343
+    ns = k.ns
+    period = rb.current_period()
+    reserved = rb.reserved_key(ns, tid, period)
+    pipe = r.pipeline()
+    leases.heartbeat_commands(pipe, k, "lost-reply", 60)   # a live gateway instance
+    pipe.execute()
+
+    class ReplyLost:
+        """The network between the gateway and Redis: the command reaches Redis (or not),
+        the reply never comes back."""
+        def __init__(self, client, runs: bool) -> None:
+            self.client, self.runs = client, runs
+
+        async def evalsha(self, *args):
+            if self.runs:
+                await self.client.evalsha(*args)
+            raise RedisConnectionError("Connection closed by server.")
+
+    async def go() -> tuple[int, int, int, int]:
+        client = aioredis.Redis.from_url(REDIS_URL)
+        try:
+            guard = BudgetGuard(client, ns, instance="lost-reply")
+            guard.redis = ReplyLost(client, runs=True)
+            held, _ = await guard.reserve(tid, Decimal("0.30"), request_id="r-lost")
+            after_lost = int(r.get(reserved) or 0)        # Redis holds it; the gateway not
+            guard._skip_until = 0.0
+            guard.redis = ReplyLost(client, runs=False)   # this one never reached Redis
+            await guard.reserve(tid, Decimal("0.20"), request_id="r-never")
+            other = BudgetGuard(client, ns, instance="lost-reply")
+            assert (await other.reserve(tid, Decimal("0.05"), request_id="r-ok"))[0]
+            guard.redis = client                          # Redis answers again
+            queued = len(guard.unsettled)
+            await guard.retry_unsettled()
+            await guard.retry_unsettled()                 # nothing left: nothing twice
+            assert held is None
+            return after_lost, queued, int(r.get(reserved) or 0), len(guard.unsettled)
+        finally:
+            await client.aclose()
+    after_lost, queued, after_retry, left = asyncio.run(go())
+    live = leases.live_holds(r, k).get(reserved, 0)
+    report("reserve reply lost", reserved_micro_after_lost=after_lost, queued=queued,
+           reserved_micro_after_retry=after_retry, live_holds_micro=live)
+    assert after_lost == 300_000
+    assert queued == 2 and left == 0
+    assert after_retry == live == 50_000, "only the hold whose reply was lost went back"
+    assert rb.state(r, ns, tid, period)["spent_micro"] == 0
+    for key in (reserved, rb.spent_key(ns, tid, period), k.budget_holds("lost-reply"),
+                k.gateway_alive("lost-reply")):
+        r.delete(key)
+    r.srem(k.gateway_instances(), "lost-reply")
