@@ -6,6 +6,8 @@ the 2-core boxes, the effect looked for being about 1 ms).
 
     .venv/bin/python bench/s03_instructions.py [--requests 300] [--new-turns] [--repeat 2]
 
+Needs valgrind (Debian: ``apt-get install valgrind``); about a minute per policy and run.
+
 Per policy a child process runs under ``valgrind --tool=callgrind --instr-atstart=no``: the
 real ``app.gateway.stages.s03_prefill.run`` and the gateway's own ``track_replica`` /
 ``untrack_replica`` on a 4-replica pool (bench/gateway_overhead.py's snapshot and ~600-token
@@ -177,6 +179,9 @@ def main() -> None:
     if args.child:
         child(args.child, args.requests, args.new_turns, Path(args.signals))
         return
+    import shutil
+    if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        raise SystemExit("valgrind not found: apt-get install valgrind")
     counts: dict[str, list[float]] = {"sluice": [], "kv_events": []}
     for _ in range(args.repeat):
         for policy in counts:
