@@ -270,7 +270,7 @@ class PromptTokens:
         if short_tail and contents and len(contents[-1]) <= TAIL_CHARS:
             cut, fixed = self.tails[shape]
             plan = plan[:cut]
-            left_out = fixed + (len(contents[-1]) + 3) // 4
+            left_out = fixed + _tail_estimate(len(contents[-1]))
         return self._parts([item if item.__class__ is bytes else
                             "".join([p if p.__class__ is str else contents[p] for p in item])
                             for item in plan]), left_out
@@ -348,6 +348,12 @@ class PromptTokens:
 
 
 _NUL = ("\x00",)
+
+
+def _tail_estimate(chars: int) -> int:
+    """The ids a left-out last message of ``chars`` characters stands for: one per 4
+    characters, rounded up (``_plain``, and ``request_ids``' memo, which must agree)."""
+    return (chars + 3) // 4
 
 
 def _takes_plan(contents: list[str], unsafe: tuple[str, ...]) -> bool:
@@ -525,13 +531,13 @@ def request_ids(tokens: PromptTokens, body: dict, adapter: str | None, salt: str
         got = tokens.route_memo.get(key)
         if got is not None:
             tokens.memo_hits += 1
-            n = got[1] + (probe[1] + 3) // 4
+            n = got[1] + _tail_estimate(probe[1])
             return got[0][:_looked_up(n) * ID_BYTES], n
     parts, left_out = tokens.route_parts(body)
     ids, n = tokens.chains.chain_ids(namespace, parts)
     if probe is not None and left_out:
         # route_parts cut the same short last message: the rest holds for any such one
-        tokens.remember(key, ids, n + left_out - (probe[1] + 3) // 4)
+        tokens.remember(key, ids, n + left_out - _tail_estimate(probe[1]))
     n += left_out
     return ids[:_looked_up(n) * ID_BYTES], n
 

@@ -64,4 +64,3 @@ def test_routing_page_shows_the_kv_index_per_replica(app, console, page, redis_c
         gw.release(fresh.id, 2048)
         kv_index.forget(redis_client, keys, fresh.id)
         redis_client.delete(keys.replica_stats(fresh.id))
-
