@@ -137,8 +137,10 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 # stats, kv state, kv blocks); ARGV: the loads' ttl, the seconds after which a replica's
 # index is stale, the state hashes' ttl (the fixed arguments first: ``Lua.acall`` packs
 # them once with the keys), now, the request's block ids (8 bytes each) joined in one
-# string, then the gateway's tally of its earlier choices not yet written, (replica's
-# place in KEYS /5, requests, matched prompt tokens, prompt tokens) each. The tally is
+# string, then the gateway's tally of its earlier choices not yet written, one string of
+# "replica's place in KEYS /5, requests, matched prompt tokens, prompt tokens" per replica,
+# space-separated (one argument: each argument cost the gateway ~6k instructions to send,
+# a number in a string ~0.1k). The tally is
 # added first, so the requests sent that the script returns per replica (with its load, a
 # string, ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has
 # not been heard since the cutoff, and the prompt tokens the live gateways sent it that
@@ -156,12 +158,14 @@ local state_ttl = tonumber(ARGV[3])
 local chain = ARGV[5]
 local blocks = #chain / 8
 local joined, known_sum, known_n = {}, 0, 0
-for a = 6, #ARGV, 4 do
-  local state = KEYS[5 * tonumber(ARGV[a]) - 1]
-  redis.call('HINCRBY', state, 'routed', ARGV[a + 1])
-  redis.call('HINCRBY', state, 'routed_matched', ARGV[a + 2])
-  redis.call('HINCRBY', state, 'routed_prompt', ARGV[a + 3])
-  redis.call('EXPIRE', state, state_ttl)
+if ARGV[6] then
+  for i, sent, matched, prompt in string.gmatch(ARGV[6], '(%d+) (%d+) (%d+) (%d+)') do
+    local state = KEYS[5 * tonumber(i) - 1]
+    redis.call('HINCRBY', state, 'routed', sent)
+    redis.call('HINCRBY', state, 'routed_matched', matched)
+    redis.call('HINCRBY', state, 'routed_prompt', prompt)
+    redis.call('EXPIRE', state, state_ttl)
+  end
 end
 for i = 1, #KEYS / 5 do
   local b = 5 * (i - 1)
@@ -242,10 +246,15 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
     blob = chain if chain.__class__ is bytes else b"".join([block_id(h) for h in chain])
     args = [load_ttl_s, stale_s, TTL_S, repr(now), blob]
     if tally:
-        for i, rid in enumerate(replica_ids, 1):
+        rows = ""
+        i = 0
+        for rid in replica_ids:
+            i += 1
             row = tally.get(rid)
             if row is not None:
-                args += [i, int(row[0]), int(row[1]), int(row[2])]
+                rows += f"{i} {int(row[0])} {int(row[1])} {int(row[2])} "
+        if rows:
+            args.append(rows)
     return names, args
 
 
