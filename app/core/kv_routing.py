@@ -32,7 +32,8 @@ simulator (fed by simulated events), the gateway (Redis) and the tests share it.
 """
 from __future__ import annotations
 
-from typing import Hashable, Iterable, Mapping, Sequence
+from math import fsum
+from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
                                  sluice_choice)
@@ -82,7 +83,7 @@ def match_counts(chain: Iterable[tuple[Hashable, float]],
     return matched
 
 
-def kv_choice(key: str, replicas: Sequence[ReplicaView],
+def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
               matched: Mapping[Hashable, float] | None,
               loads: Mapping[Hashable, float] | None = None, c: float = 1.25, *,
               prompt_tokens: float = 0.0, queue_share: float = QUEUE_SHARE,
@@ -93,32 +94,36 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
               pending_share: float = PENDING_SHARE) -> tuple[ReplicaView | None, str]:
     """(replica, how it was chosen): ``"kv"`` from the index, ``"rendezvous"`` when no
     replica matched anything, ``"fallback"`` when ``matched`` is None (index stale or
-    unreachable: the caller says so in telemetry). ``routed``: requests sent to each
+    unreachable: the caller says so in telemetry). ``key``: the request's rendezvous key,
+    or a function that gives it: it is asked for only to fall back, when nothing matched or
+    to break a tie, so where the index decides the gateway does not compute it (a blake2b
+    of the static prefix, ~40k instructions a request). ``routed``: requests sent to each
     replica so far (the balance the bound keeps); None leaves only the in-flight bound.
     ``pending``: prompt tokens each replica has still to prefill (sent unmatched, first
     token not come yet); None or empty leaves that term out."""
     if matched is None:
-        return sluice_choice(key, replicas, loads, c), "fallback"
-    order = hrw_order(key, replicas)
-    if not order:
+        return sluice_choice(_key(key), replicas, loads, c), "fallback"
+    # the replicas rendezvous would order (sums by fsum: the same whatever their order)
+    live = [r for r in replicas if r.healthy and r.weight > 0]
+    if not live:
         return None, "kv"
     loads = loads or {}
-    if not any(matched.get(r.id, 0.0) > 0 for r in order):
+    if not any(matched.get(r.id, 0.0) > 0 for r in live):
         # nothing to keep: today's choice, among the replicas within the bound on requests
         # sent when there is a tally (new sessions spread from the first request on, so a
         # survivor of a replica loss is not left over the bound with its own sessions)
-        return sluice_choice(key, _within_sent(order, routed, c) or replicas, loads, c), \
-            "rendezvous"
-    # per replica once, in HRW order (this runs per request on the gateway's event loop)
-    load = [float(loads.get(r.id, 0.0)) for r in order]
+        return sluice_choice(_key(key), _within_sent(live, routed, c) or replicas, loads,
+                             c), "rendezvous"
+    # per replica once (this runs per request on the gateway's event loop)
+    load = [float(loads.get(r.id, 0.0)) for r in live]
     sent_of = routed or {}
-    sent = [float(sent_of.get(r.id, 0.0)) for r in order]
-    total, total_sent = sum(load), sum(sent)
-    total_weight = sum(r.weight for r in order)
+    sent = [float(sent_of.get(r.id, 0.0)) for r in live]
+    total, total_sent = fsum(load), fsum(sent)
+    total_weight = fsum([r.weight for r in live])
     within = []
     bound: dict[float, float] = {}           # per weight (replicas mostly share one)
     sent_bound: dict[float, float] = {}
-    for i, r in enumerate(order):
+    for i, r in enumerate(live):
         w = r.weight
         b = bound.get(w)
         if b is None:
@@ -134,8 +139,9 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
                 continue
         within.append(i)
     if not within:
-        return min(order, key=lambda r: (float(loads.get(r.id, 0.0)) / r.weight,
-                                         float(sent_of.get(r.id, 0.0)) / r.weight)), "kv"
+        # every replica over a bound: the least loaded relative to its weight
+        least = [(load[i] / r.weight, sent[i] / r.weight) for i, r in enumerate(live)]
+        return _first(key, live, least, min(least)), "kv"
 
     prompt = max(float(prompt_tokens), 1.0)
     per_load = queue_share * prompt
@@ -143,17 +149,28 @@ def kv_choice(key: str, replicas: Sequence[ReplicaView],
     # twice the mean twice that: a tie-break between replicas that hold the same shared
     # prefix (new conversations spread), too weak to move a conversation off its history
     per_sent = spread_share * prompt * total_weight / max(total_sent, 1.0)
-    best, best_score = within[0], None
-    for i in within:      # the first in HRW order wins a tie
-        r = order[i]
+    score: list = [None] * len(live)
+    for i in within:
+        r = live[i]
         w = r.weight
-        score = (float(matched.get(r.id, 0.0)) - per_load * load[i] / w
-                 - per_sent * sent[i] / w)
+        got = (float(matched.get(r.id, 0.0)) - per_load * load[i] / w
+               - per_sent * sent[i] / w)
         if pending:
-            score -= pending_share * float(pending.get(r.id, 0.0)) / w
-        if best_score is None or score > best_score:
-            best, best_score = i, score
-    return order[best], "kv"
+            got -= pending_share * float(pending.get(r.id, 0.0)) / w
+        score[i] = got
+    return _first(key, live, score, max(score[i] for i in within)), "kv"
+
+
+def _key(key: str | Callable[[], str]) -> str:
+    return key if key.__class__ is str else key()
+
+
+def _first(key: str | Callable[[], str], live: list[ReplicaView], values: list,
+           best) -> ReplicaView:
+    """The replica of ``live`` whose value is ``best``; of several, the first in the
+    rendezvous order of ``key`` (the only case that needs the key)."""
+    ties = [r for r, v in zip(live, values) if v == best]
+    return ties[0] if len(ties) == 1 else hrw_order(_key(key), ties)[0]
 
 
 def _within_sent(order: Sequence[ReplicaView], routed: Mapping[Hashable, float] | None,
@@ -162,7 +179,7 @@ def _within_sent(order: Sequence[ReplicaView], routed: Mapping[Hashable, float] 
     tally)."""
     if routed is None:
         return []
-    total = sum(float(routed.get(r.id, 0.0)) for r in order)
-    weight = sum(r.weight for r in order)
+    total = fsum([float(routed.get(r.id, 0.0)) for r in order])
+    weight = fsum([r.weight for r in order])
     return [r for r in order
             if float(routed.get(r.id, 0.0)) + 1.0 <= load_bound(total, r.weight, weight, c)]

@@ -70,6 +70,68 @@ def test_the_choice_does_not_depend_on_input_order():
         assert a == b
 
 
+def _scan_in_hrw_order(key, replicas, matched, loads, c, prompt, routed, pending):
+    """kv_choice as it was first written: the replicas walked in the key's rendezvous
+    order, the first best kept (the oracle for the version that asks for the key only to
+    break a tie)."""
+    from app.core.kv_routing import PENDING_SHARE, QUEUE_SHARE, SPREAD_SHARE
+    from app.core.rendezvous import LOAD_FLOOR, hrw_order, load_bound
+    order = hrw_order(key, replicas)
+    load = [loads.get(r.id, 0.0) for r in order]
+    sent = [(routed or {}).get(r.id, 0.0) for r in order]
+    total, total_sent, weight = sum(load), sum(sent), sum(r.weight for r in order)
+    within = [i for i, r in enumerate(order)
+              if load[i] + 1 <= load_bound(total, r.weight, weight, c, LOAD_FLOOR)
+              and (routed is None
+                   or sent[i] + 1 <= load_bound(total_sent, r.weight, weight, c))]
+    if not within:
+        return min(order, key=lambda r: (loads.get(r.id, 0.0) / r.weight,
+                                         (routed or {}).get(r.id, 0.0) / r.weight))
+    best, best_score = None, None
+    for i in within:
+        r = order[i]
+        score = (matched.get(r.id, 0.0) - QUEUE_SHARE * prompt * load[i] / r.weight
+                 - SPREAD_SHARE * prompt * weight / max(total_sent, 1.0) * sent[i] / r.weight
+                 - PENDING_SHARE * (pending or {}).get(r.id, 0.0) / r.weight)
+        if best_score is None or score > best_score:
+            best, best_score = r, score
+    return best
+
+
+def test_the_key_is_asked_for_only_to_fall_back_or_break_a_tie():
+    """S03 passes the rendezvous key as a function (a blake2b of the static prefix a
+    request): kv_choice calls it only when the index is stale, nothing matched or scores
+    tie, and its choice is the scan in rendezvous order's every time."""
+    rng = random.Random(11)
+    reps = [ReplicaView(id=i, weight=rng.choice([1.0, 1.0, 2.0, 0.5])) for i in range(5)]
+    asked = {"tie": 0, "unique": 0}
+    for n in range(600):
+        key = f"p:{n % 7}"
+        matched = {i: float(rng.choice([0, 0, 16, 32, 4096])) for i in range(5)}
+        loads = {i: float(rng.randrange(4)) for i in range(5)}
+        routed = rng.choice([None, {i: float(rng.randrange(6)) for i in range(5)}])
+        pending = rng.choice([None, {i: float(rng.choice([0, 0, 300])) for i in range(5)}])
+        calls = []
+
+        def lazy(key=key, calls=calls):
+            calls.append(1)
+            return key
+        got, how = kv_choice(lazy, reps, matched, loads, 1.25, prompt_tokens=2000,
+                             routed=routed, pending=pending)
+        assert (got, how) == kv_choice(key, reps, matched, loads, 1.25, prompt_tokens=2000,
+                                       routed=routed, pending=pending)
+        if how == "kv":
+            assert got == _scan_in_hrw_order(key, reps, matched, loads, 1.25, 2000.0,
+                                             routed, pending)
+            asked["tie" if calls else "unique"] += 1
+        else:
+            assert calls
+    # both ways were taken: scores that tie (equal matches and loads) and a clear best
+    assert asked["tie"] > 20 and asked["unique"] > 100, asked
+    # a clear best never computes the key
+    assert kv_choice(lambda: 1 / 0, REPS, {2: 4096.0}, {}, prompt_tokens=5000)[0].id == 2
+
+
 def test_match_walks_the_chain_while_a_replica_holds_every_block():
     holders = {"a": {0, 1}, "b": {1}, "c": {0, 1}}
     got = match_counts([("a", 16), ("b", 16), ("c", 16)], lambda k: holders.get(k, ()))

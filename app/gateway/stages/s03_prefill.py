@@ -109,7 +109,8 @@ async def _kv_events(ctx: RequestContext, views: list):
         loads, matched, routed, pending = got
     else:
         loads, matched, routed, pending = await _loads(ctx, ids), None, None, None
-    choice, how = kv_choice(routing_key(ctx), views, matched, loads,
+    # the rendezvous key only where kv_choice needs it (fallback, nothing matched, a tie)
+    choice, how = kv_choice(lambda: routing_key(ctx), views, matched, loads,
                             float(ctx.policy["bounded_load_factor"]), prompt_tokens=prompt,
                             routed=routed, pending=pending)
     ctx.telemetry["replica_choice"] = how
