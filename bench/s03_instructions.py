@@ -26,6 +26,17 @@ beside other load (one run beside the test suite counted kv_events +109k over sl
 the next, quiet, +57k): run it alone; ``--repeat`` alternates the policies. At 32
 connections the bench's gateway is CPU-bound, so its p50 is about 32 x its CPU a request:
 instructions a request x 32 / (instructions per us) is what a difference here costs there.
+
+``--gateway`` counts the whole gateway instead: the real server process (uvicorn running
+``app.gateway.asgi:create_gateway``, as gunicorn's worker does) under callgrind, with its
+config the production way (a snapshot in Redis), sent ``--requests`` chat completions per
+phase over HTTP by 32 connections from this process, to the bench's fast upstream
+(bench/gateway_overhead.py's). Every stage counts: HTTP parsing, auth, S00-S05, the
+upstream call, the ledger spool. One process measures the policies alternately
+(``--repeat`` pairs) after a warm-up of each. Its background tasks (snapshot poll, in-flight
+refresh) run in every phase too. At 32 connections bench/gateway_overhead.py's gateway
+is CPU-bound, so its p50 is ~32 x its CPU a request: the share a policy adds here is about
+the share it adds to that p50.
 """
 from __future__ import annotations
 
@@ -168,11 +179,135 @@ def measure(policy: str, n: int, new_turns: bool) -> int:
         return int(got[-1])
 
 
+def gateway_server(n: int, new_turns: bool, repeat: int) -> list[tuple[str, int]]:
+    """``--gateway``: (policy, instructions a request) per measured phase."""
+    import glob
+
+    import httpx
+    import redis as redis_lib
+
+    from bench import gateway_overhead as go
+    url = os.environ.get("SLUICE_REDIS_URL", "redis://127.0.0.1:6379/0")
+    ns = "bench-s03g-" + uuid.uuid4().hex[:8]
+    r = redis_lib.Redis.from_url(url)
+    keys = {"sluice": go.S03_KEYS["s03"], "kv_events": go.S03_KEYS["s03kv"]}
+    stop = threading.Event()
+    procs: list[subprocess.Popen] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               "TOKENIZERS_PARALLELISM": "false", "SLUICE_REDIS_URL": url,
+               "SLUICE_REDIS_NAMESPACE": ns, "SLUICE_ENV": "dev",
+               "SLUICE_GATEWAY_LEDGER_SPOOL_DIR": f"{tmp}/spool",
+               "SLUICE_QDRANT_PATH": f"{tmp}/qdrant", "PYTHONPATH": str(ROOT)}
+        try:
+            up_port, gw_port = go.free_port(), go.free_port()
+            procs.append(go.start([sys.executable, "-m", "uvicorn", "--app-dir",
+                                   str(ROOT / "bench"), "gateway_overhead:upstream_app",
+                                   "--host", "127.0.0.1", "--port", str(up_port),
+                                   "--log-level", "warning", "--no-access-log"],
+                                  env, Path(tmp) / "upstream.log"))
+            snap = go.snapshot(f"http://127.0.0.1:{up_port}")
+            r.set(f"{ns}:snapshot:data", json.dumps(snap))
+            r.set(f"{ns}:snapshot:version", 1)
+            threading.Thread(target=go.keep_kv_index_fresh, args=(r, ns, stop),
+                             daemon=True).start()
+            log = Path(tmp) / "gateway.log"
+            gateway = go.start(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                f"--callgrind-out-file={tmp}/callgrind.out", sys.executable,
+                                "-m", "uvicorn", "--factory",
+                                "app.gateway.asgi:create_gateway", "--host", "127.0.0.1",
+                                "--port", str(gw_port), "--log-level", "warning",
+                                "--no-access-log"], env, log)
+            procs.append(gateway)
+            base = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+
+            def body(i: int) -> bytes:
+                return go._s03_new_turn_body(i) if new_turns else go.S03_BODY
+
+            async def send(policy: str, first: int, count: int) -> None:
+                todo = iter(range(first, first + count))
+                limits = httpx.Limits(max_connections=CONC, max_keepalive_connections=CONC)
+                async with httpx.AsyncClient(limits=limits, timeout=600) as client:
+                    async def worker() -> None:
+                        for i in todo:
+                            got = await client.post(base, content=body(i), headers={
+                                "authorization": f"Bearer {keys[policy]}",
+                                "content-type": "application/json"})
+                            if got.status_code != 200:
+                                raise SystemExit(f"{policy}: {got.status_code} {got.text[:300]}")
+                    await asyncio.gather(*(worker() for _ in range(CONC)))
+
+            # up (under valgrind the start takes a minute or more), then each policy's
+            # tokenizer, caches and script loads warm
+            deadline = time.monotonic() + 900
+            while True:
+                try:
+                    asyncio.run(send("kv_events", 0, 1))
+                    break
+                except (httpx.HTTPError, SystemExit):
+                    if gateway.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"gateway did not start:\n{log.read_text()[-3000:]}")
+                    time.sleep(2)
+            for k in range(2):
+                for policy in keys:
+                    asyncio.run(send(policy, (1 + k) * 10**6, n))
+
+            def settle() -> None:
+                # start-up work in threads (grammar compiler warm-ups, ~minutes under
+                # valgrind) would be counted in whichever phase it overlaps: wait it out
+                for _ in range(600):
+                    cpu0 = go.tree_cpu_s(gateway.pid)
+                    time.sleep(2.0)
+                    if go.tree_cpu_s(gateway.pid) - cpu0 < 0.1:
+                        return
+            out = []
+            for k in range(repeat):
+                for j, policy in enumerate(keys):
+                    settle()
+                    phase = f"phase{2 * k + j}"
+                    subprocess.run(["callgrind_control", "-z", str(gateway.pid)], check=True,
+                                   capture_output=True)
+                    subprocess.run(["callgrind_control", "-i", "on", str(gateway.pid)],
+                                   check=True, capture_output=True)
+                    t0 = time.time()
+                    asyncio.run(send(policy, (5 + 2 * k + j) * 10**6, n))
+                    subprocess.run(["callgrind_control", "-i", "off", str(gateway.pid)],
+                                   check=True, capture_output=True)
+                    subprocess.run(["callgrind_control", "-d", phase, str(gateway.pid)],
+                                   check=True, capture_output=True)
+                    dump = None
+                    for _ in range(100):
+                        dump = next((t for t in map(Path.read_text, map(
+                            Path, glob.glob(f"{tmp}/callgrind.out.*")))
+                            if f"desc: Trigger: dump {phase}\n" in t), None)
+                        if dump and re.search(r"^totals: \d+", dump, re.M):
+                            break
+                        time.sleep(0.2)
+                    total = int(re.search(r"^totals: (\d+)", dump or "", re.M).group(1))
+                    out.append((policy, total // n))
+                    print(f"{policy:>10}: {total / n:12,.0f} instructions a request, whole "
+                          f"gateway ({time.time() - t0:.0f} s under callgrind)", flush=True)
+            return out
+        finally:
+            stop.set()
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            for k in r.scan_iter(ns + ":*"):
+                r.delete(k)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--new-turns", action="store_true")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--gateway", action="store_true",
+                    help="count the whole gateway server process, not S03 alone")
     ap.add_argument("--child")
     ap.add_argument("--signals")
     args = ap.parse_args()
@@ -183,7 +318,12 @@ def main() -> None:
     if not (shutil.which("valgrind") and shutil.which("callgrind_control")):
         raise SystemExit("valgrind not found: apt-get install valgrind")
     counts: dict[str, list[float]] = {"sluice": [], "kv_events": []}
-    for _ in range(args.repeat):
+    what = "S03"
+    if args.gateway:
+        what = "the whole gateway"
+        for policy, count in gateway_server(args.requests, args.new_turns, args.repeat):
+            counts[policy].append(count)
+    for _ in range(0 if args.gateway else args.repeat):
         for policy in counts:
             t0 = time.time()
             counts[policy].append(measure(policy, args.requests, args.new_turns)
@@ -192,7 +332,8 @@ def main() -> None:
                   f"({time.time() - t0:.0f} s under callgrind)", flush=True)
     sl, kv = min(counts["sluice"]), min(counts["kv_events"])
     print(f"kv_events - sluice (fewest of {args.repeat} each): {kv - sl:+,.0f} instructions "
-          f"a request ({(kv - sl) / sl:+.1%}); {args.requests} requests a run, "
+          f"a request ({(kv - sl) / sl:+.2%} of {what}'s {sl:,.0f}); {args.requests} "
+          "requests a run, "
           f"{'a new question each' if args.new_turns else 'the same prompt'}, {CONC} at once")
 
 
