@@ -305,6 +305,22 @@ def run_load(url: str, path: str, conc: int, seconds: float, warm: float,
     return json.loads(out.stdout)
 
 
+def settle(pid: int, window: float = 0.3, limit: float = 10.0) -> None:
+    """Wait until the gateway's process tree is idle (at most one clock tick of CPU in
+    ``window``), so what a cell leaves running (its ledger batches, the cyclic GC of its
+    garbage) is not counted in the next one. Cells run in a fixed order reversed every
+    other round, so without this the cell after the fastest one (the plain ``sluice``
+    row, ~1,600 req/s) would pay for it: s03-kv in every even round, a bias against one
+    side of the pair, the larger the shorter the cells."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        cpu0 = tree_cpu_s(pid)
+        time.sleep(window)
+        if tree_cpu_s(pid) - cpu0 <= tick * 1.5:
+            return
+
+
 def tree_cpu_s(pid: int) -> float:
     """User+system CPU seconds of a process and its children (Linux /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -538,6 +554,7 @@ def main() -> None:
                     order = list(targets) if rnd % 2 == 0 else list(targets)[::-1]
                     for name in order:
                         url, path = targets[name]
+                        settle(procs[1].pid)
                         cpu0 = tree_cpu_s(owners[name])
                         res = run_load(url, path, conc, args.seconds, args.warm,
                                        modes.get(name, "plain"), rate)
