@@ -305,9 +305,10 @@ def run_load(url: str, path: str, conc: int, seconds: float, warm: float,
     return json.loads(out.stdout)
 
 
-def settle(pid: int, window: float = 0.3, limit: float = 10.0) -> None:
+def settle(pid: int, window: float = 0.3, limit: float = 10.0, idle_share: float = 0.0
+           ) -> None:
     """Wait until the gateway's process tree is idle (at most one clock tick of CPU in
-    ``window``), so what a cell leaves running (its ledger batches, the cyclic GC of its
+    ``window``, or ``idle_share`` of it where that is more), so what a cell leaves running (its ledger batches, the cyclic GC of its
     garbage) is not counted in the next one. Cells run in a fixed order reversed every
     other round, so without this the cell after the fastest one (the plain ``sluice``
     row, ~1,600 req/s) would pay for it: s03-kv in every even round, a bias against one
@@ -317,7 +318,7 @@ def settle(pid: int, window: float = 0.3, limit: float = 10.0) -> None:
     while time.monotonic() < deadline:
         cpu0 = tree_cpu_s(pid)
         time.sleep(window)
-        if tree_cpu_s(pid) - cpu0 <= tick * 1.5:
+        if tree_cpu_s(pid) - cpu0 <= max(tick * 1.5, idle_share * window):
             return
 
 

@@ -252,18 +252,12 @@ def gateway_server(n: int, new_turns: bool, repeat: int) -> list[tuple[str, int]
                 for policy in keys:
                     asyncio.run(send(policy, (1 + k) * 10**6, n))
 
-            def settle() -> None:
-                # start-up work in threads (grammar compiler warm-ups, ~minutes under
-                # valgrind) would be counted in whichever phase it overlaps: wait it out
-                for _ in range(600):
-                    cpu0 = go.tree_cpu_s(gateway.pid)
-                    time.sleep(2.0)
-                    if go.tree_cpu_s(gateway.pid) - cpu0 < 0.1:
-                        return
             out = []
             for k in range(repeat):
                 for j, policy in enumerate(keys):
-                    settle()
+                    # start-up work in threads (grammar compiler warm-ups, ~minutes under
+                    # valgrind) would be counted in whichever phase it overlaps: wait it out
+                    go.settle(gateway.pid, window=2.0, limit=1200, idle_share=0.045)
                     phase = f"phase{2 * k + j}"
                     subprocess.run(["callgrind_control", "-z", str(gateway.pid)], check=True,
                                    capture_output=True)

@@ -247,9 +247,7 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
     args = [load_ttl_s, stale_s, TTL_S, repr(now), blob]
     if tally:
         rows = ""
-        i = 0
-        for rid in replica_ids:
-            i += 1
+        for i, rid in enumerate(replica_ids, 1):
             row = tally.get(rid)
             if row is not None:
                 rows += f"{i} {int(row[0])} {int(row[1])} {int(row[2])} "

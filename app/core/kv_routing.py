@@ -36,7 +36,7 @@ from math import fsum
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
-                                 sluice_choice)
+                                 orderable, sluice_choice)
 
 # One request in flight ahead costs this share of the request's own prompt in prefill
 # tokens (a matched token saves its prefill; a queued request delays it), and a replica's
@@ -104,7 +104,7 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     if matched is None:
         return sluice_choice(_key(key), replicas, loads, c), "fallback"
     # the replicas rendezvous would order (sums by fsum: the same whatever their order)
-    live = [r for r in replicas if r.healthy and r.weight > 0]
+    live = orderable(replicas)
     if not live:
         return None, "kv"
     loads = loads or {}

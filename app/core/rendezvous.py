@@ -49,10 +49,15 @@ def hrw_score(key: str, replica_id: str, weight: float) -> float:
     return -weight / math.log(u)
 
 
+def orderable(replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
+    """The replicas ``hrw_order`` orders: healthy and positively weighted, in input order."""
+    return [r for r in replicas if r.healthy and r.weight > 0]
+
+
 def hrw_order(key: str, replicas: Iterable[ReplicaView]) -> list[ReplicaView]:
     """Healthy, positively weighted replicas, best first for ``key``. Ties (astronomically
     rare) break on the replica id's text so the order never depends on input order."""
-    live = [r for r in replicas if r.healthy and r.weight > 0]
+    live = orderable(replicas)
     return [live[i] for i in _hrw_positions(key, tuple([(r.id, r.weight) for r in live]))]
 
 
