@@ -25,18 +25,38 @@ def msgs(text: str, system: str = "failover suite") -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": text}]
 
 
+def _variants_starting_on_a_dead_replica(pool, live_url: str, n: int) -> list[str]:
+    """``n`` system prompts whose rendezvous order (no session, no salt, no load) puts a
+    dead replica first, so the first request surely fails over (with prompts left to
+    chance, all six starting on the live one was a 1 in 729 failure)."""
+    from app.core.rendezvous import ReplicaView, affinity_key, hrw_order
+    views = [ReplicaView(id=r.id, url=r.url) for r in pool.replicas]
+    found = []
+    for j in range(1000):
+        system = f"prompt variant {j}"
+        if hrw_order(affinity_key(None, system), views)[0].url != live_url:
+            found.append(system)
+            if len(found) == n:
+                return found
+    raise AssertionError("no prompt starts on a dead replica")
+
+
 def test_dead_replica_fails_over_to_the_live_one(app, gateway, fake_replicas, frontier):
     w = make_world(app, gateway, [dead_url(), dead_url(), fake_replicas[0].url], frontier.url)
     client = w.client()
-    for i in range(6):  # whichever replica the prefix hash picks, every request succeeds
+    systems = _variants_starting_on_a_dead_replica(w.pool, fake_replicas[0].url, 3)
+    systems += [f"prompt variant {i}" for i in range(3)]  # these wherever the hash says
+    for i, system in enumerate(systems):  # every request succeeds on the live replica
         raw = client.chat.completions.with_raw_response.create(
-            model="tier-1", messages=msgs(f"question {i}", system=f"prompt variant {i}"))
+            model="tier-1", messages=msgs(f"question {i}", system=system))
         assert raw.parse().choices[0].message.content == f"Echo: question {i}"
         assert raw.headers["x-sluice-tier"] == "tier-1"
         assert raw.headers["x-fake-replica"] == "r0"
     rows = w.drain_rows(6)
     assert [r.status for r in rows] == [200] * 6
-    assert any(r.payload["pipeline"].get("retries") for r in rows)
+    retried = [r for r in rows if r.payload["pipeline"].get("retries")]
+    assert retried, "the first request started on a dead replica and must have failed over"
+    assert all(x["error"] for r in retried for x in r.payload["pipeline"]["retries"])
 
 
 def test_tier_without_live_replicas_escalates_up(app, gateway, frontier):
