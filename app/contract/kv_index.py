@@ -140,33 +140,41 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 # string, then the gateway's tally of its earlier choices not yet written, one string of
 # "replica's place in KEYS /5, requests, matched prompt tokens, prompt tokens" per replica,
 # space-separated (one argument: each argument cost the gateway ~6k instructions to send,
-# a number in a string ~0.1k). The tally is
-# added first, so the requests sent that the script returns per replica (with its load, a
+# a number in a string ~0.1k; matched and prompt tokens may be 0 0, written later). The
+# tally is added to the requests sent that the script returns per replica (with its load, a
 # string, ``LOAD_LUA``, the number of leading blocks it holds, -1 when its subscriber has
 # not been heard since the cutoff, and the prompt tokens the live gateways sent it that
-# await their first token, ``LOAD_LUA``'s second value) include every choice this gateway
-# made before this one.
+# await their first token, ``LOAD_LUA``'s second value), so they include every choice this
+# gateway made before this one.
 # The requests sent count from a base (``sent_base``) set when the script first sees the
 # replica: 0 for every replica of a new set, the mean of the others for one that joins
-# it.
+# it (its state hash is then given the state ttl; an entry that has a base has it from
+# that or from the subscriber, and HINCRBY keeps it: no EXPIRE per request).
+# What each part costs Redis, counted (bench/results/gateway_overhead.txt): an HMGET or a
+# SISMEMBER ~5-10k instructions, an SMISMEMBER member ~1.5k, a string.sub per block ~1.3k
+# (struct.unpack cuts all of a run's ids in one call: ~0.4k each).
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
-local members = nil
 local ttl, now = tonumber(ARGV[1]), tonumber(ARGV[4])
 local cutoff = now - tonumber(ARGV[2])
 local state_ttl = tonumber(ARGV[3])
 local chain = ARGV[5]
 local blocks = #chain / 8
-local joined, known_sum, known_n = {}, 0, 0
+local first = string.sub(chain, 1, 8)
+local tally = {}
 if ARGV[6] then
   for i, sent, matched, prompt in string.gmatch(ARGV[6], '(%d+) (%d+) (%d+) (%d+)') do
-    local state = KEYS[5 * tonumber(i) - 1]
-    redis.call('HINCRBY', state, 'routed', sent)
-    redis.call('HINCRBY', state, 'routed_matched', matched)
-    redis.call('HINCRBY', state, 'routed_prompt', prompt)
-    redis.call('EXPIRE', state, state_ttl)
+    tally[tonumber(i)] = {sent, matched, prompt}
   end
 end
+local function add(state, row)
+  redis.call('HINCRBY', state, 'routed', row[1])
+  if row[3] ~= '0' then
+    redis.call('HINCRBY', state, 'routed_matched', row[2])
+    redis.call('HINCRBY', state, 'routed_prompt', row[3])
+  end
+end
+local joined, known_sum, known_n = {}, 0, 0
 for i = 1, #KEYS / 5 do
   local b = 5 * (i - 1)
   local load, pend = replica_load(KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], now, ttl)
@@ -179,17 +187,15 @@ for i = 1, #KEYS / 5 do
     c = 0
     -- the first block first: a replica without it matches nothing (one call, as an
     -- EXISTS was, and a replica whose cache holds other prompts stops here too)
-    if blocks > 0 and redis.call('SISMEMBER', KEYS[b + 5], string.sub(chain, 1, 8)) == 1 then
+    if blocks > 0 and redis.call('SISMEMBER', KEYS[b + 5], first) == 1 then
       c = 1
-      if not members then
-        members = {}
-        for j = 1, blocks do members[j] = string.sub(chain, 8 * j - 7, 8 * j) end
-      end
       -- the rest by SMISMEMBER (Redis 6.2) in runs of 256: a call per run instead of one
-      -- per block, and unpack stays far below Lua's stack limit on a long prompt
+      -- per block, and the run's ids stay far below Lua's stack limit on a long prompt
+      -- (struct.unpack's last value, the next position, is one member more: never an id)
       for s = 2, blocks, 256 do
         local e = math.min(s + 255, blocks)
-        local held = redis.call('SMISMEMBER', KEYS[b + 5], unpack(members, s, e))
+        local held = redis.call('SMISMEMBER', KEYS[b + 5],
+                                struct.unpack(string.rep('c8', e - s + 1), chain, 8 * s - 7))
         local run = 0
         for j = 1, e - s + 1 do
           if held[j] == 1 then run = run + 1 else break end
@@ -200,12 +206,16 @@ for i = 1, #KEYS / 5 do
     end
   end
   out[4 * i - 2] = c
+  local sent = tonumber(state[2]) or 0
+  local row = tally[i]
+  if row then sent = sent + tonumber(row[1]) end
   local base = tonumber(state[3])
   if base then
-    out[4 * i - 1] = (tonumber(state[2]) or 0) + base
+    if row then add(KEYS[b + 4], row) end
+    out[4 * i - 1] = sent + base
     known_sum, known_n = known_sum + out[4 * i - 1], known_n + 1
   else
-    out[4 * i - 1] = tonumber(state[2]) or 0
+    out[4 * i - 1] = sent
     joined[#joined + 1] = i
   end
 end
@@ -216,6 +226,7 @@ local mean = 0
 if known_n > 0 then mean = math.floor(known_sum / known_n) end
 for _, i in ipairs(joined) do
   local state = KEYS[5 * i - 1]
+  if tally[i] then add(state, tally[i]) end
   redis.call('HSET', state, 'sent_base', mean)
   redis.call('EXPIRE', state, state_ttl)
   out[4 * i - 1] = out[4 * i - 1] + mean

@@ -272,3 +272,48 @@ def test_a_long_prompt_matches_its_leading_blocks_only(app, redis_client):
                        5: 2000 * 16.0, 6: 257 * 16.0, 7: 258 * 16.0, 9: 16.0, 10: 32.0}
     for key in redis_client.scan_iter(f"{keys.ns}:*"):
         redis_client.delete(key)
+
+
+def test_the_tally_sends_requests_every_call_and_token_shares_once_a_second(
+        app, redis_client, monkeypatch):
+    """The gateway's tally of its earlier choices: the requests sent go with every S03
+    call (the bound reads them), the matched and prompt tokens (the Routing page's share)
+    at most once a second per replica, and none of either is lost on the way."""
+    from app.contract import kv_index
+    from app.contract.keys import Keys
+    from app.gateway.stages import s03_prefill as s03
+    monkeypatch.setattr(s03, "_pending", {})
+    monkeypatch.setattr(s03, "_shares_due", {})
+    keys = Keys(app.config["REDIS_NAMESPACE"] + ":tally-shares")
+    chain = [bytes([n]) * 32 for n in range(1, 4)]
+    sent = []
+
+    def call(ids):
+        carry = s03._carry(ids)
+        sent.append(carry)
+        kv_index.read_route_inputs(redis_client, keys, ids, chain, 16, tally=carry)
+    try:
+        kv_index.apply_events(redis_client, keys, 1, [("BlockStored", chain)], seq=0)
+        kv_index.apply_events(redis_client, keys, 2, [], seq=0)
+        s03._add(1, 1, 48, 60)
+        call([1, 2])                          # the first: all of it
+        assert sent[-1] == {1: [1, 48, 60]}
+        s03._add(1, 1, 48, 70)
+        s03._add(2, 1, 0, 70)
+        s03._add(1, 1, 32, 50)
+        call([1, 2])                          # within the second: requests only for 1
+        assert sent[-1] == {1: (2, 0, 0), 2: [1, 0, 70]}
+        call([1, 2])                          # nothing sent since: nothing goes
+        assert sent[-1] == {}
+        fresh = kv_index.freshness(redis_client, keys, [1, 2])
+        assert fresh[1]["routed"] == 3 and fresh[1]["matched_share"] == 48 / 60
+        assert fresh[2]["routed"] == 1 and fresh[2]["matched_share"] == 0.0
+        s03._shares_due[1] = 0.0              # a second later: the held tokens go
+        call([1])
+        assert sent[-1] == {1: [0, 80, 120]}
+        fresh = kv_index.freshness(redis_client, keys, [1])
+        assert fresh[1]["routed"] == 3 and fresh[1]["matched_share"] == 128 / 180
+        assert s03._pending == {}
+    finally:
+        for key in redis_client.scan_iter(f"{keys.ns}:*"):
+            redis_client.delete(key)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 
 from app.contract.inflight import read_loads_async
 from app.core.kv_routing import kv_choice
@@ -100,7 +101,7 @@ async def _kv_events(ctx: RequestContext, views: list):
     if chain is not None:
         # this process's earlier choices on these replicas ride on the call, so the
         # requests sent the bound reads include all of them
-        carry = {rid: _pending.pop(rid) for rid in ids if rid in _pending}
+        carry = _carry(ids)
         got = await kv_route.route_inputs(ctx.services, ids, chain, carry)
         if got is None:                          # Redis out: they go with a later call
             for rid, row in carry.items():
@@ -133,7 +134,33 @@ async def _kv_events(ctx: RequestContext, views: list):
 # second by a task of its own, the tally lagged: a drill's sequential sessions all saw 0
 # and piled 8 of 12 onto one replica, and after it died the survivors' uneven counts
 # pushed live sessions off their history; tests/replica_routing/test_replica_loss_kv_live.)
+# The matched and prompt tokens (the Routing page's matched share, nothing the choice reads)
+# ride along at most once a second per replica: two HINCRBYs fewer in Redis a request.
 _pending: dict = {}
+_shares_due: dict = {}   # per replica: when its matched and prompt tokens go next
+SHARES_EVERY_S = 1.0
+
+
+def _carry(ids: list) -> dict:
+    """This process's tally for the replicas of ``ids``, taken out of ``_pending``: each
+    one's requests sent, with its matched and prompt tokens when they are due (else 0 0,
+    kept for later)."""
+    carry: dict = {}
+    now = None
+    for rid in ids:
+        row = _pending.get(rid)
+        if row is None:
+            continue
+        if now is None:
+            now = time.monotonic()
+        if now >= _shares_due.get(rid, 0.0):
+            del _pending[rid]
+            _shares_due[rid] = now + SHARES_EVERY_S
+            carry[rid] = row
+        elif row[0]:
+            carry[rid] = (row[0], 0, 0)
+            row[0] = 0
+    return carry
 
 
 def _add(replica_id, routed: int, matched: int, prompt: int) -> None:
