@@ -338,6 +338,33 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
+def tree_wakeups(pid: int) -> int:
+    """Voluntary context switches of a process tree's threads (Linux /proc): each is a
+    thread going to sleep, for the gateway mostly its event loop finding nothing ready."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def local_redis_pid(r) -> int | None:
+    """The Redis server's pid when it runs on this machine (its CPU a request is then read
+    from /proc like the gateway's), else None."""
+    try:
+        pid = int(r.info("server")["process_id"])
+    except Exception:  # noqa: BLE001 - no INFO (a proxy), no figure
+        return None
+    return pid if Path(f"/proc/{pid}/stat").exists() else None
+
+
 def print_table(results: dict[int, dict[str, dict]]) -> None:
     print(f"{'conc':>5} {'target':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
           f"{'+p50 ms':>8} {'+p99 ms':>8} {'cpu us/req':>10} {'errors':>6}")
@@ -360,7 +387,9 @@ def median_cell(runs: list[dict]) -> dict:
     """One target's cell over rounds: the median of each figure, every round's p50 kept."""
     import statistics
     rounds = {"rounds_p50": [r["p50_ms"] for r in runs], "rounds_rps": [r["rps"] for r in runs],
-              "rounds_cpu": [r["cpu_us"] for r in runs]}
+              "rounds_cpu": [r["cpu_us"] for r in runs],
+              "rounds_redis": [r.get("redis_us") for r in runs],
+              "rounds_wakeups": [r.get("wakeups") for r in runs]}
     if len(runs) == 1:
         return {**runs[0], **rounds}
     out = dict(runs[-1])
@@ -376,7 +405,10 @@ def print_pairs(results: dict[int, dict[str, dict]], closed: bool = True) -> Non
     """--s03: s03-kv minus s03-sluice per round (the two ran back to back each round): p50;
     the mean latency by Little's law (a closed loop of N connections: N / req/s, every
     request's latency in it, not the one at the median; closed loops only); the gateway's
-    CPU a request."""
+    CPU a request; the Redis server's CPU a request (when it runs on this machine: the
+    kv_events route script does more there than the loads script it replaces); the
+    gateway's wakeups a request (its threads going to sleep: the event loop finding nothing
+    ready, which a slower reply from Redis can make more frequent)."""
     import statistics
 
     def line(what: str, diffs: list[float], unit: str, fmt: str) -> None:
@@ -399,6 +431,12 @@ def print_pairs(results: dict[int, dict[str, dict]], closed: bool = True) -> Non
             line(f"conc {conc}: {kv} minus {sl} gateway CPU a request",
                  [x - y for x, y in zip(a["rounds_cpu"], b["rounds_cpu"])
                   if x is not None and y is not None], "us", "+.0f")
+            line(f"conc {conc}: {kv} minus {sl} Redis CPU a request",
+                 [x - y for x, y in zip(a["rounds_redis"], b["rounds_redis"])
+                  if x is not None and y is not None], "us", "+.1f")
+            line(f"conc {conc}: {kv} minus {sl} gateway wakeups a request",
+                 [x - y for x, y in zip(a["rounds_wakeups"], b["rounds_wakeups"])
+                  if x is not None and y is not None], "", "+.3f")
 
 
 def teardown(procs: list[subprocess.Popen], r, ns: str) -> None:
@@ -453,6 +491,7 @@ def main() -> None:
            "PYTHONPATH": str(ROOT)}
     procs: list[subprocess.Popen] = []
     r = redis.Redis.from_url(redis_url)
+    redis_pid = local_redis_pid(r)
     try:
         up_port, gw_port = free_port(), free_port()
         upstream = f"http://127.0.0.1:{up_port}"
@@ -557,10 +596,15 @@ def main() -> None:
                         url, path = targets[name]
                         settle(procs[1].pid)
                         cpu0 = tree_cpu_s(owners[name])
+                        redis0 = tree_cpu_s(redis_pid) if redis_pid else None
+                        wake0 = tree_wakeups(owners[name])
                         res = run_load(url, path, conc, args.seconds, args.warm,
                                        modes.get(name, "plain"), rate)
-                        total = res["n"] + res.get("warm_n", 0)
-                        res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / max(total, 1) * 1e6
+                        total = max(res["n"] + res.get("warm_n", 0), 1)
+                        res["cpu_us"] = (tree_cpu_s(owners[name]) - cpu0) / total * 1e6
+                        res["wakeups"] = (tree_wakeups(owners[name]) - wake0) / total
+                        res["redis_us"] = ((tree_cpu_s(redis_pid) - redis0) / total * 1e6
+                                           if redis_pid else None)
                         cells[name].append(res)
                 results[conc] = {name: median_cell(runs) for name, runs in cells.items()}
             return results
