@@ -150,11 +150,12 @@ def forget(redis, keys: Keys, replica_id: object, *, resync: bool = False) -> No
 # replica: 0 for every replica of a new set, the mean of the others for one that joins
 # it (its state hash is then given the state ttl; an entry that has a base has it from
 # that or from the subscriber, and HINCRBY keeps it: no EXPIRE per request).
-# What each part costs Redis, counted (bench/results/gateway_overhead.txt): an HMGET or a
-# SISMEMBER ~5-10k instructions, an SMISMEMBER member ~1.5k, a string.sub per block ~1.3k
-# (struct.unpack cuts all of a run's ids in one call: ~0.4k each).
+# Counted in Redis (bench/route_script_cost.py): ~180k instructions a call with the usual
+# one-row tally, the loads script 81k; the tally's EXPIRE and token counts per request
+# were ~15k of it.
 _ROUTE_LUA = LOAD_LUA + """
 local out = {}
+local members = nil
 local ttl, now = tonumber(ARGV[1]), tonumber(ARGV[4])
 local cutoff = now - tonumber(ARGV[2])
 local state_ttl = tonumber(ARGV[3])
@@ -189,13 +190,15 @@ for i = 1, #KEYS / 5 do
     -- EXISTS was, and a replica whose cache holds other prompts stops here too)
     if blocks > 0 and redis.call('SISMEMBER', KEYS[b + 5], first) == 1 then
       c = 1
+      if not members then
+        members = {}
+        for j = 1, blocks do members[j] = string.sub(chain, 8 * j - 7, 8 * j) end
+      end
       -- the rest by SMISMEMBER (Redis 6.2) in runs of 256: a call per run instead of one
-      -- per block, and the run's ids stay far below Lua's stack limit on a long prompt
-      -- (struct.unpack's last value, the next position, is one member more: never an id)
+      -- per block, and unpack stays far below Lua's stack limit on a long prompt
       for s = 2, blocks, 256 do
         local e = math.min(s + 255, blocks)
-        local held = redis.call('SMISMEMBER', KEYS[b + 5],
-                                struct.unpack(string.rep('c8', e - s + 1), chain, 8 * s - 7))
+        local held = redis.call('SMISMEMBER', KEYS[b + 5], unpack(members, s, e))
         local run = 0
         for j = 1, e - s + 1 do
           if held[j] == 1 then run = run + 1 else break end
