@@ -322,36 +322,47 @@ def settle(pid: int, window: float = 0.3, limit: float = 10.0, idle_share: float
             return
 
 
-def tree_cpu_s(pid: int) -> float:
-    """User+system CPU seconds of a process and its children (Linux /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
+def tree_tasks(pid: int):
+    """(pid, its thread directories under /proc) for a process and each of its
+    descendants (Linux /proc); one that ends meanwhile is left out."""
+    todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            for task in Path(f"/proc/{p}/task").iterdir():
+            tasks = list(Path(f"/proc/{p}/task").iterdir())
+            for task in tasks:
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):
             continue
+        yield p, tasks
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User+system CPU seconds of a process and its children (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p, _ in tree_tasks(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 
 def tree_wakeups(pid: int) -> int:
     """Voluntary context switches of a process tree's threads (Linux /proc): each is a
     thread going to sleep, for the gateway mostly its event loop finding nothing ready."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                for line in (task / "status").read_text().splitlines():
-                    if line.startswith("voluntary_ctxt_switches:"):
-                        total += int(line.split()[1])
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (OSError, ValueError):
-            continue
+    total = 0
+    for _, tasks in tree_tasks(pid):
+        for task in tasks:
+            try:
+                status = (task / "status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
     return total
 
 
