@@ -179,8 +179,12 @@ def measure(policy: str, n: int, new_turns: bool) -> int:
         return int(got[-1])
 
 
-def gateway_server(n: int, new_turns: bool, repeat: int) -> list[tuple[str, int]]:
-    """``--gateway``: (policy, instructions a request) per measured phase."""
+def gateway_server(n: int, new_turns: bool, repeat: int, keep: str | None = None,
+                   cache_sim: bool = False) -> list[tuple[str, int]]:
+    """``--gateway``: (policy, instructions a request) per measured phase. ``keep``: a folder
+    the phases' callgrind dumps are copied to (``callgrind_annotate`` reads them per
+    function); ``cache_sim``: callgrind's cache simulation on (its dumps then count L1 and
+    last-level misses too)."""
     import glob
 
     import httpx
@@ -213,6 +217,7 @@ def gateway_server(n: int, new_turns: bool, repeat: int) -> list[tuple[str, int]
                              daemon=True).start()
             log = Path(tmp) / "gateway.log"
             gateway = go.start(["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                                *(["--cache-sim=yes"] if cache_sim else []),
                                 f"--callgrind-out-file={tmp}/callgrind.out", sys.executable,
                                 "-m", "uvicorn", "--factory",
                                 "app.gateway.asgi:create_gateway", "--host", "127.0.0.1",
@@ -279,6 +284,9 @@ def gateway_server(n: int, new_turns: bool, repeat: int) -> list[tuple[str, int]
                         time.sleep(0.2)
                     total = int(re.search(r"^totals: (\d+)", dump or "", re.M).group(1))
                     out.append((policy, total // n))
+                    if keep:
+                        Path(keep).mkdir(parents=True, exist_ok=True)
+                        (Path(keep) / f"{phase}-{policy}.out").write_text(dump)
                     print(f"{policy:>10}: {total / n:12,.0f} instructions a request, whole "
                           f"gateway ({time.time() - t0:.0f} s under callgrind)", flush=True)
             return out
@@ -302,6 +310,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--gateway", action="store_true",
                     help="count the whole gateway server process, not S03 alone")
+    ap.add_argument("--keep", help="--gateway: copy each phase's callgrind dump here")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="--gateway: callgrind's cache simulation on (misses per function)")
     ap.add_argument("--child")
     ap.add_argument("--signals")
     args = ap.parse_args()
@@ -315,7 +326,8 @@ def main() -> None:
     what = "S03"
     if args.gateway:
         what = "the whole gateway"
-        for policy, count in gateway_server(args.requests, args.new_turns, args.repeat):
+        for policy, count in gateway_server(args.requests, args.new_turns, args.repeat,
+                                              args.keep, args.cache_sim):
             counts[policy].append(count)
     for _ in range(0 if args.gateway else args.repeat):
         for policy in counts:
