@@ -32,7 +32,9 @@ simulator (fed by simulated events), the gateway (Redis) and the tests share it.
 """
 from __future__ import annotations
 
+from itertools import repeat
 from math import fsum
+from operator import attrgetter
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
@@ -100,7 +102,13 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     of the static prefix, ~40k instructions a request). ``routed``: requests sent to each
     replica so far (the balance the bound keeps); None leaves only the in-flight bound.
     ``pending``: prompt tokens each replica has still to prefill (sent unmatched, first
-    token not come yet); None or empty leaves that term out."""
+    token not come yet); None or empty leaves that term out.
+
+    It runs per request on the gateway's event loop, so the per-replica reads go through
+    ``map`` and the bounds are computed once when the weights are equal (the usual pool):
+    written as plain loops it was half of the Python the kv path added to S03.
+    ``tests/replica_routing/test_kv_routing.py`` holds the plain-loop version and checks
+    the two agree on random inputs."""
     if matched is None:
         return sluice_choice(_key(key), replicas, loads, c), "fallback"
     # the replicas rendezvous would order (sums by fsum: the same whatever their order)
@@ -108,39 +116,35 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     if not live:
         return None, "kv"
     loads = loads or {}
-    if not any(matched.get(r.id, 0.0) > 0 for r in live):
+    ids = list(map(_ID, live))
+    got = list(map(matched.get, ids, _ZERO))
+    if not max(got) > 0:
         # nothing to keep: today's choice, among the replicas within the bound on requests
         # sent when there is a tally (new sessions spread from the first request on, so a
         # survivor of a replica loss is not left over the bound with its own sessions)
         return sluice_choice(_key(key), _within_sent(live, routed, c) or replicas, loads,
                              c), "rendezvous"
-    # per replica once (this runs per request on the gateway's event loop)
-    load = [float(loads.get(r.id, 0.0)) for r in live]
-    sent_of = routed or {}
-    sent = [float(sent_of.get(r.id, 0.0)) for r in live]
-    total, total_sent = fsum(load), fsum(sent)
-    total_weight = fsum([r.weight for r in live])
-    within = []
-    bound: dict[float, float] = {}           # per weight (replicas mostly share one)
-    sent_bound: dict[float, float] = {}
-    for i, r in enumerate(live):
-        w = r.weight
-        b = bound.get(w)
-        if b is None:
-            b = bound[w] = load_bound(total, w, total_weight, c, floor)
-        if load[i] + 1.0 > b:
-            continue
-        # the hard bound on requests sent: no floor, so it holds over any run length
-        if routed is not None:
-            b = sent_bound.get(w)
-            if b is None:
-                b = sent_bound[w] = load_bound(total_sent, w, total_weight, c)
-            if sent[i] + 1.0 > b:
-                continue
-        within.append(i)
+    n = len(live)
+    load = list(map(float, map(loads.get, ids, _ZERO)))
+    sent = list(map(float, map(routed.get, ids, _ZERO))) if routed else [0.0] * n
+    weights = list(map(_WEIGHT, live))
+    total, total_sent, total_weight = fsum(load), fsum(sent), fsum(weights)
+    w = weights[0]
+    if weights.count(w) == n:
+        # one weight: one bound on load and one on requests sent (no floor: it is the
+        # balance over the run, so it holds over any run length)
+        b = load_bound(total, w, total_weight, c, floor)
+        if routed is None:
+            within = [i for i in range(n) if load[i] + 1.0 <= b]
+        else:
+            bs = load_bound(total_sent, w, total_weight, c)
+            within = [i for i in range(n) if load[i] + 1.0 <= b and sent[i] + 1.0 <= bs]
+    else:
+        within = _within_weighted(load, sent, weights, total, total_sent, total_weight, c,
+                                  floor, routed is not None)
     if not within:
         # every replica over a bound: the least loaded relative to its weight
-        least = [(load[i] / r.weight, sent[i] / r.weight) for i, r in enumerate(live)]
+        least = [(load[i] / weights[i], sent[i] / weights[i]) for i in range(n)]
         return _first(key, live, least, min(least)), "kv"
 
     prompt = max(float(prompt_tokens), 1.0)
@@ -149,16 +153,46 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     # twice the mean twice that: a tie-break between replicas that hold the same shared
     # prefix (new conversations spread), too weak to move a conversation off its history
     per_sent = spread_share * prompt * total_weight / max(total_sent, 1.0)
-    score: list = [None] * len(live)
+    held = list(map(float, map(pending.get, ids, _ZERO))) if pending else None
+    score: list = [None] * n
+    best = None
     for i in within:
-        r = live[i]
-        w = r.weight
-        got = (float(matched.get(r.id, 0.0)) - per_load * load[i] / w
-               - per_sent * sent[i] / w)
-        if pending:
-            got -= pending_share * float(pending.get(r.id, 0.0)) / w
-        score[i] = got
-    return _first(key, live, score, max(score[i] for i in within)), "kv"
+        w = weights[i]
+        value = float(got[i]) - per_load * load[i] / w - per_sent * sent[i] / w
+        if held is not None:
+            value -= pending_share * held[i] / w
+        score[i] = value
+        if best is None or value > best:
+            best = value
+    return _first(key, live, score, best), "kv"
+
+
+_ID = attrgetter("id")
+_WEIGHT = attrgetter("weight")
+_ZERO = repeat(0.0)      # the default of every per-replica ``get`` (``map`` stops at ids)
+
+
+def _within_weighted(load: list, sent: list, weights: list, total: float, total_sent: float,
+                     total_weight: float, c: float, floor: float, bound_sent: bool
+                     ) -> list[int]:
+    """``kv_choice``'s candidates when the replicas' weights differ: a bound per weight."""
+    within = []
+    bound: dict[float, float] = {}
+    sent_bound: dict[float, float] = {}
+    for i, w in enumerate(weights):
+        b = bound.get(w)
+        if b is None:
+            b = bound[w] = load_bound(total, w, total_weight, c, floor)
+        if load[i] + 1.0 > b:
+            continue
+        if bound_sent:
+            b = sent_bound.get(w)
+            if b is None:
+                b = sent_bound[w] = load_bound(total_sent, w, total_weight, c)
+            if sent[i] + 1.0 > b:
+                continue
+        within.append(i)
+    return within
 
 
 def _key(key: str | Callable[[], str]) -> str:
@@ -169,8 +203,9 @@ def _first(key: str | Callable[[], str], live: list[ReplicaView], values: list,
            best) -> ReplicaView:
     """The replica of ``live`` whose value is ``best``; of several, the first in the
     rendezvous order of ``key`` (the only case that needs the key)."""
-    ties = [r for r, v in zip(live, values) if v == best]
-    return ties[0] if len(ties) == 1 else hrw_order(_key(key), ties)[0]
+    if values.count(best) == 1:
+        return live[values.index(best)]
+    return hrw_order(_key(key), [r for r, v in zip(live, values) if v == best])[0]
 
 
 def _within_sent(order: Sequence[ReplicaView], routed: Mapping[Hashable, float] | None,

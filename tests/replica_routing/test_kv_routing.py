@@ -132,6 +132,33 @@ def test_the_key_is_asked_for_only_to_fall_back_or_break_a_tie():
     assert kv_choice(lambda: 1 / 0, REPS, {2: 4096.0}, {}, prompt_tokens=5000)[0].id == 2
 
 
+def test_equal_weights_unhealthy_replicas_and_an_empty_tally_choose_as_the_scan_does():
+    """The usual pool (one weight: kv_choice computes each bound once), with replicas down
+    and a tally that is empty rather than absent, against the scan in rendezvous order."""
+    rng = random.Random(29)
+    kinds = {"kv": 0, "rendezvous": 0}
+    for n in range(800):
+        reps = [ReplicaView(id=i, healthy=rng.random() > 0.15) for i in range(rng.choice([2, 4, 8]))]
+        if not any(r.healthy for r in reps):
+            continue
+        key = f"s:{n % 11}"
+        ids = [r.id for r in reps]
+        matched = {i: rng.choice([0, 0, 16, 32.0, 4096]) for i in ids}
+        loads = {i: float(rng.randrange(40)) for i in ids if rng.random() > 0.2}
+        routed = rng.choice([None, {}, {i: float(rng.randrange(60)) for i in ids}])
+        pending = rng.choice([None, {}, {i: float(rng.choice([0, 300])) for i in ids}])
+        got, how = kv_choice(key, reps, matched, loads, 1.25, prompt_tokens=3000,
+                             routed=routed, pending=pending)
+        kinds[how] += 1
+        if how == "kv":
+            live = [r for r in reps if r.healthy]
+            assert got == _scan_in_hrw_order(key, live, matched, loads, 1.25, 3000.0,
+                                             routed, pending)
+        else:
+            assert not any(matched[r.id] > 0 for r in reps if r.healthy)
+    assert kinds["kv"] > 400 and kinds["rendezvous"] > 10, kinds
+
+
 def test_match_walks_the_chain_while_a_replica_holds_every_block():
     holders = {"a": {0, 1}, "b": {1}, "c": {0, 1}}
     got = match_counts([("a", 16), ("b", 16), ("c", 16)], lambda k: holders.get(k, ()))
