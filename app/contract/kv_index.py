@@ -260,9 +260,11 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
     blob = chain if chain.__class__ is bytes else b"".join([block_id(h) for h in chain])
     args = [load_ttl_s, stale_s, TTL_S, repr(now), blob]
     if tally:
-        # a row per tallied replica of this call, by its position (1-based) in the KEYS
-        rows = "".join([f"{replica_ids.index(rid) + 1} {int(row[0])} {int(row[1])} "
-                        f"{int(row[2])} " for rid, row in tally.items() if rid in replica_ids])
+        rows = ""
+        for i, rid in enumerate(replica_ids, 1):
+            row = tally.get(rid)
+            if row is not None:
+                rows += f"{i} {int(row[0])} {int(row[1])} {int(row[2])} "
         if rows:
             args.append(rows)
     return names, args
@@ -270,17 +272,22 @@ def _route_call(keys: Keys, replica_ids, chain, stale_s: float, load_ttl_s: int,
 
 def _parse_route(replica_ids, got, block_tokens: int
                  ) -> tuple[dict, dict | None, dict, dict]:
-    # per request on the gateway's event loop, so by slices and ``map`` (a loop per
-    # replica in Python was a sixth of what the kv path added to S03): the script's
-    # integers come back as ints and float() reads the load's bytes as they are
-    counts, held = got[1::4], got[3::4]
-    loads = dict(zip(replica_ids, map(float, got[0::4])))
-    routed = dict(zip(replica_ids, map(float, got[2::4])))
-    pending = {rid: float(p) for rid, p in zip(replica_ids, held) if p} if any(held) else {}
-    if not counts or max(counts) < 0:        # no replica's index is fresh
-        return loads, None, routed, pending
-    matched = {rid: float(n * block_tokens) for rid, n in zip(replica_ids, counts) if n > 0}
-    return loads, matched, routed, pending
+    # per request on the gateway's event loop: the script's integers come back as ints and
+    # float() reads the load's bytes as they are
+    loads, matched, routed, pending, fresh = {}, {}, {}, {}, False
+    j = 0
+    for rid in replica_ids:
+        loads[rid] = float(got[j])
+        n = got[j + 1]
+        if n >= 0:
+            fresh = True
+            if n:
+                matched[rid] = float(n * block_tokens)
+        routed[rid] = float(got[j + 2])
+        if got[j + 3]:
+            pending[rid] = float(got[j + 3])
+        j += 4
+    return loads, (matched if fresh else None), routed, pending
 
 
 def read_route_inputs(redis, keys: Keys, replica_ids: Sequence[object],

@@ -32,9 +32,7 @@ simulator (fed by simulated events), the gateway (Redis) and the tests share it.
 """
 from __future__ import annotations
 
-from itertools import repeat
 from math import fsum
-from operator import attrgetter
 from typing import Callable, Hashable, Iterable, Mapping, Sequence
 
 from app.core.rendezvous import (LOAD_FLOOR, ReplicaView, hrw_order, load_bound,
@@ -104,11 +102,10 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     ``pending``: prompt tokens each replica has still to prefill (sent unmatched, first
     token not come yet); None or empty leaves that term out.
 
-    It runs per request on the gateway's event loop, so the per-replica reads go through
-    ``map`` and the bounds are computed once when the weights are equal (the usual pool):
-    written as plain loops it was half of the Python the kv path added to S03.
-    ``tests/replica_routing/test_kv_routing.py`` holds the plain-loop version and checks
-    the two agree on random inputs."""
+    It runs per request on the gateway's event loop, so with one weight (the usual pool)
+    each bound is computed once and the candidates taken in one comprehension.
+    ``tests/replica_routing/test_kv_routing.py`` checks it against a plain scan on random
+    inputs."""
     if matched is None:
         return sluice_choice(_key(key), replicas, loads, c), "fallback"
     # the replicas rendezvous would order (sums by fsum: the same whatever their order)
@@ -116,8 +113,7 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     if not live:
         return None, "kv"
     loads = loads or {}
-    ids = list(map(_ID, live))
-    got = list(map(matched.get, ids, _ZERO))
+    got = [matched.get(r.id, 0.0) for r in live]
     if not max(got) > 0:
         # nothing to keep: today's choice, among the replicas within the bound on requests
         # sent when there is a tally (new sessions spread from the first request on, so a
@@ -125,9 +121,9 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
         return sluice_choice(_key(key), _within_sent(live, routed, c) or replicas, loads,
                              c), "rendezvous"
     n = len(live)
-    load = list(map(float, map(loads.get, ids, _ZERO)))
-    sent = list(map(float, map(routed.get, ids, _ZERO))) if routed else [0.0] * n
-    weights = list(map(_WEIGHT, live))
+    load = [float(loads.get(r.id, 0.0)) for r in live]
+    sent = [float(routed.get(r.id, 0.0)) for r in live] if routed else [0.0] * n
+    weights = [r.weight for r in live]
     total, total_sent, total_weight = fsum(load), fsum(sent), fsum(weights)
     w = weights[0]
     if weights.count(w) == n:
@@ -153,23 +149,14 @@ def kv_choice(key: str | Callable[[], str], replicas: Sequence[ReplicaView],
     # twice the mean twice that: a tie-break between replicas that hold the same shared
     # prefix (new conversations spread), too weak to move a conversation off its history
     per_sent = spread_share * prompt * total_weight / max(total_sent, 1.0)
-    held = list(map(float, map(pending.get, ids, _ZERO))) if pending else None
     score: list = [None] * n
-    best = None
     for i in within:
         w = weights[i]
         value = float(got[i]) - per_load * load[i] / w - per_sent * sent[i] / w
-        if held is not None:
-            value -= pending_share * held[i] / w
+        if pending:
+            value -= pending_share * float(pending.get(live[i].id, 0.0)) / w
         score[i] = value
-        if best is None or value > best:
-            best = value
-    return _first(key, live, score, best), "kv"
-
-
-_ID = attrgetter("id")
-_WEIGHT = attrgetter("weight")
-_ZERO = repeat(0.0)      # the default of every per-replica ``get`` (``map`` stops at ids)
+    return _first(key, live, score, max([score[i] for i in within])), "kv"
 
 
 def _within_weighted(load: list, sent: list, weights: list, total: float, total_sent: float,

@@ -28,7 +28,6 @@ import re
 import threading
 from array import array
 from collections import OrderedDict
-from itertools import repeat
 from typing import Any, Iterable
 
 from app.contract import heap, kv_index
@@ -304,17 +303,17 @@ class PromptTokens:
         messages = body.get("messages")
         if not messages or body.get("tools") or self.render is None:
             return None
-        # per request on the event loop, so by ``map`` (C) rather than a loop per message
-        try:
-            contents = list(map(dict.get, messages, _CONTENT))
-        except TypeError:                     # a message that is not an object
-            return None
+        roles, contents = [], []
+        for m in messages:
+            content = m.get("content")
+            if content.__class__ is not str or len(m) > 2:
+                return None
+            roles.append(m.get("role"))
+            contents.append(content)
         tail = contents.pop()
-        if tail.__class__ is not str or len(tail) > TAIL_CHARS or \
-                max(map(len, messages)) > 2 or (contents and set(map(type, contents)) != _STR) \
-                or not _takes_plan((tail,), self._unsafe):
+        if len(tail) > TAIL_CHARS or not _takes_plan((tail,), self._unsafe):
             return None
-        return (tuple(map(dict.get, messages, _ROLE)), tuple(contents)), len(tail)
+        return (tuple(roles), tuple(contents)), len(tail)
 
     def remember(self, key: tuple, ids: bytes, n: int) -> None:
         """Keep a ``request_ids`` result for ``key`` (``tail_probe``'s, with the namespace),
@@ -349,7 +348,6 @@ class PromptTokens:
 
 
 _NUL = ("\x00",)
-_CONTENT, _ROLE, _STR = repeat("content"), repeat("role"), {str}
 
 
 def _tail_estimate(chars: int) -> int:

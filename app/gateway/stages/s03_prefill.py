@@ -146,11 +146,13 @@ def _carry(ids: list) -> dict:
     one's requests sent, with its matched and prompt tokens when they are due (else 0 0,
     kept for later)."""
     carry: dict = {}
-    if not _pending:
-        return carry
-    now = time.monotonic()
-    for rid in _pending.keys() & ids:        # the few this process chose since its last call
-        row = _pending[rid]
+    now = None
+    for rid in ids:
+        row = _pending.get(rid)
+        if row is None:
+            continue
+        if now is None:
+            now = time.monotonic()
         if now >= _shares_due.get(rid, 0.0):
             del _pending[rid]
             _shares_due[rid] = now + SHARES_EVERY_S
