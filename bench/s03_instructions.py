@@ -316,6 +316,8 @@ def main() -> None:
     ap.add_argument("--child")
     ap.add_argument("--signals")
     args = ap.parse_args()
+    if (args.keep or args.cache_sim) and not args.gateway:
+        ap.error("--keep and --cache-sim count the whole gateway: add --gateway")
     if args.child:
         child(args.child, args.requests, args.new_turns, Path(args.signals))
         return

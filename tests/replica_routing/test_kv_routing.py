@@ -138,7 +138,8 @@ def test_equal_weights_unhealthy_replicas_and_an_empty_tally_choose_as_the_scan_
     rng = random.Random(29)
     kinds = {"kv": 0, "rendezvous": 0}
     for n in range(800):
-        reps = [ReplicaView(id=i, healthy=rng.random() > 0.15) for i in range(rng.choice([2, 4, 8]))]
+        reps = [ReplicaView(id=i, healthy=rng.random() > 0.15)
+                for i in range(rng.choice([2, 4, 8]))]
         if not any(r.healthy for r in reps):
             continue
         key = f"s:{n % 11}"
