@@ -5,14 +5,30 @@ every outgoing connection takes its local port from: between the check here and 
 server's own bind (seconds, for an engine loading a model) a health probe or a Redis client
 can take it, and the server fails with EADDRINUSE (seen: a replica-loss drill's fourth
 replica, base port 35769). Ports are chosen below that range instead, at random so that
-runs side by side rarely meet, and checked free.
+runs side by side rarely meet, and checked free. A port is handed out once per process (a
+fixture that asks for eight before any is bound got the same one twice: the replica-loss
+drill's engine then failed with EADDRINUSE on its event port), and each pytest-xdist worker
+draws from its own slice of the range, so the suite's two processes never meet.
 """
 from __future__ import annotations
 
+import os
 import random
 import socket
 
 _LOW = 20000
+_given: set[int] = set()     # ports this process handed out
+
+
+def _slice(low: int, high: int) -> tuple[int, int]:
+    """This xdist worker's part of [low, high) (``gw<k>`` of PYTEST_XDIST_WORKER_COUNT)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return low, high
+    k = int(worker[2:]) % count
+    width = (high - low) // count
+    return low + k * width, low + (k + 1) * width
 
 
 def _ephemeral_low() -> int:
@@ -37,15 +53,19 @@ def free_port_run(n: int = 1) -> int:
     high = _ephemeral_low() - n
     rng = random.SystemRandom()
     if high > _LOW:
+        low, high = _slice(_LOW, high)
         for _ in range(500):
-            base = rng.randrange(_LOW, high)
-            if all(_free(base + i) for i in range(n)):
+            base = rng.randrange(low, high)
+            run = range(base, base + n)
+            if not _given.intersection(run) and all(map(_free, run)):
+                _given.update(run)
                 return base
     for _ in range(100):       # a kernel without room below its range: any free run
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if all(_free(base + i) for i in range(1, n)):
+        if base not in _given and all(_free(base + i) for i in range(1, n)):
+            _given.update(range(base, base + n))
             return base
     raise RuntimeError(f"no run of {n} free ports")
 
