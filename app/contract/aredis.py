@@ -78,12 +78,7 @@ def packing(cls: type) -> type:
         def pack_command(self, *args: Any) -> list[bytes]:
             name = args[0]
             if len(args) > 1 and args[1].__class__ is Head:   # (name, head, *rest)
-                h = args[1]                  # packed already, the name with it
-                if len(args) == 2:
-                    return [b"*%d\r\n%b" % (h.n, h)]
-                rest = _pack(args[2:])
-                return [b"*%d\r\n%b%b" % (h.n + len(args) - 2, h,
-                                           rest[rest.index(b"\r\n") + 2:])]
+                return [packed(args)]        # the head packed already, the name with it
             if name.__class__ is str:
                 one = _ONE_WORD.get(name)
                 if one is None:
@@ -101,16 +96,41 @@ def packing(cls: type) -> type:
     return got
 
 
+def packed(args: tuple) -> bytes:
+    """``args`` as one RESP command, as the connections above pack it (a ``Head`` second
+    taken as it is): for ``app.contract.redis_lane``, which writes bytes."""
+    if len(args) > 1 and args[1].__class__ is Head:
+        h = args[1]
+        if len(args) == 2:
+            return b"*%d\r\n%b" % (h.n, h)
+        rest = _pack(args[2:])
+        return b"*%d\r\n%b%b" % (h.n + len(args) - 2, h, rest[rest.index(b"\r\n") + 2:])
+    try:
+        return _pack(args)
+    except TypeError:            # redis-py's packer converts it or says why not
+        return b"".join(_PACKER.pack(*args))
+
+
 def fast(pool: aioredis.ConnectionPool) -> aioredis.ConnectionPool:
     """``pool`` making its connections with hiredis packing (before it made any)."""
     pool.connection_class = packing(pool.connection_class)
     return pool
 
 
-def from_url(url: str, **kwargs: Any) -> aioredis.Redis:
+def from_url(url: str, *, lane: bool = True, **kwargs: Any) -> aioredis.Redis:
     """``redis.asyncio.Redis.from_url`` with hiredis packing (the URL still picks TCP,
-    unix socket or TLS)."""
+    unix socket or TLS) and, with ``lane``, a pipelined connection beside its pool for
+    script calls (``app.contract.redis_lane``; ``app.contract.inflight.Lua.acall`` takes
+    it)."""
     client = aioredis.Redis.from_url(url, **kwargs)
     fast(client.connection_pool)
     client._sluice_heads = _PACKER is not None
+    if _PACKER is not None and lane:
+        from app.contract.redis_lane import lane_for
+        client._sluice_lane = lane_for(client)
     return client
+
+
+def lane_of(client: Any):
+    """The ``app.contract.redis_lane.Lane`` ``from_url`` gave ``client``, if any."""
+    return getattr(client, "_sluice_lane", None)

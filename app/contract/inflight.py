@@ -45,7 +45,7 @@ from typing import Any, Hashable, Iterable, Mapping
 
 from redis.exceptions import NoScriptError
 
-from app.contract.aredis import head, packs_heads
+from app.contract.aredis import head, lane_of, packed, packs_heads
 from app.contract.keys import Keys
 
 DEFAULT_TTL_S = 30
@@ -119,7 +119,19 @@ class Lua:
     async def acall(self, redis, keys: list, args: list, fixed: int = 0):
         """The script on an asyncio client. ``fixed``: how many leading ``args`` are the
         same on every call with these ``keys``; on the gateway's client (``app.contract.
-        aredis``) they are packed once with the keys, so a call packs only the rest."""
+        aredis``) they are packed once with the keys, so a call packs only the rest, and
+        it goes by the client's pipelined lane (``app.contract.redis_lane``)."""
+        lane = lane_of(redis)
+        if lane is not None:
+            n = len(keys)
+            try:
+                if fixed:
+                    return await lane.execute(packed(
+                        ("EVALSHA", head(("EVALSHA", self.sha, n, *keys, *args[:fixed])),
+                         *args[fixed:])))
+                return await lane.execute(packed(("EVALSHA", self.sha, n, *keys, *args)))
+            except NoScriptError:
+                return await lane.execute(packed(("EVAL", self.text, n, *keys, *args)))
         try:
             if fixed and packs_heads(redis):
                 return await redis.execute_command(
