@@ -5,8 +5,9 @@ import hashlib
 import logging
 import time
 
-from app.gateway.errors import GatewayError
+from app.contract.inflight import Lua
 from app.contract.snapshot import Snapshot
+from app.gateway.errors import GatewayError
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,12 @@ def authenticate(snapshot: Snapshot, authorization: str | None,
     return tenant, key
 
 
+# INCR + EXPIRE as one script call: it goes by the gateway's pipelined lane
+# (``app.contract.redis_lane``), where a pipeline would take redis-py's pool.
+_COUNT = Lua("local n = redis.call('INCR', KEYS[1]) "
+             "redis.call('EXPIRE', KEYS[1], ARGV[1]) return n")
+
+
 class RateLimiter:
     """Fixed one-minute window per tenant in Redis (INCR + EXPIRE in one round trip).
 
@@ -57,10 +64,7 @@ class RateLimiter:
         minute = int(time.time() // 60)
         key = self.keys.rate_limit(tenant["id"], minute)
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.incr(key)
-            pipe.expire(key, 120)
-            count, _ = await pipe.execute()
+            count = int(await _COUNT.acall(self.redis, [key], [120]))
         except Exception as exc:  # noqa: BLE001 - never refuse traffic because Redis is down
             log.warning("rate limiter unavailable, failing open: %s", exc)
             self._skip_until = time.monotonic() + self.open_s
