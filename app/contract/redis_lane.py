@@ -101,7 +101,8 @@ class _Wire(asyncio.Protocol):
 class Lane:
     """A pipelined connection to one Redis (see the module). ``address``: ``(host, port)``
     or a unix socket path; ``prelude``: packed commands sent first on every connection
-    (AUTH, SELECT), each of which must answer +OK."""
+    (AUTH, SELECT), each of which must answer +OK. It serves one event loop at a time: a
+    call from another loop (tests run one after another) connects again for that loop."""
 
     def __init__(self, address: tuple[str, int] | str, *, timeout_s: float = 1.0,
                  connect_timeout_s: float = 1.0, prelude: list[bytes] | None = None) -> None:
@@ -133,6 +134,8 @@ class Lane:
     def _check(self) -> None:
         """The watchdog: calls waiting and no reply since the last look -> the lane is
         stuck; fail them and drop the connection."""
+        if asyncio.get_running_loop() is not self._loop:   # a loop the lane has left
+            return
         self._watch = None
         wire = self._wire
         if wire is None or not wire.waiting:
