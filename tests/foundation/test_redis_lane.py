@@ -4,6 +4,8 @@ redis-py raised, a cancelled caller does not shift the others' replies, a killed
 fails its waiting calls and the next call connects again, a Redis that stops answering
 times out, and the URL's database and socket are kept."""
 import asyncio
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -181,3 +183,43 @@ def test_which_clients_get_a_lane():
     assert lane.address == ("127.0.0.1", 6390)
     assert lane.prelude == [aredis.packed(("AUTH", "u", "secret")),
                             aredis.packed(("SELECT", 2))]
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="no redis-server here")
+def test_a_unix_socket_with_a_password(tmp_path):
+    """A private redis-server on a unix socket only, with a password: the lane sends the
+    URL's AUTH and SELECT before the first call, on every connection."""
+    sock = tmp_path / "r.sock"
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock),
+                             "--requirepass", "s3cret", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            if sock.exists():
+                break
+            time.sleep(0.05)
+        url = f"unix://:s3cret@{sock}?db=2"
+
+        async def go():
+            client = aredis.from_url(url, socket_timeout=2.0)
+            lane = aredis.lane_of(client)
+            assert lane.address == str(sock)
+            assert await ECHO.acall(client, ["u"], [1]) == [b"u", b"1"]
+            assert await Lua("return redis.call('SET', KEYS[1], 'x')").acall(client, ["k"], []) \
+                == b"OK"
+            lane.close()
+            await client.aclose()
+        asyncio.run(go())
+        direct = redis.Redis(unix_socket_path=str(sock), password="s3cret", db=2)
+        assert direct.get("k") == b"x"
+        assert redis.Redis(unix_socket_path=str(sock), password="s3cret", db=0).get("k") is None
+
+        async def wrong():
+            client = aredis.from_url(f"unix://:wrong@{sock}", socket_timeout=2.0)
+            with pytest.raises(redis.exceptions.AuthenticationError):
+                await ECHO.acall(client, ["u"], [1])
+        asyncio.run(wrong())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
