@@ -2,10 +2,10 @@
 
 Every proxied request sends Redis five script calls (the budget's reserve and settle, S03's
 loads or route read, the in-flight acquire and release). Through redis-py's asyncio client
-each cost the gateway ~50 us of CPU at 32 concurrent requests and ~115 us at one
-(bench/results/gateway_overhead.txt, 2026-12-07 night): a connection checked out of the
-pool and back, a retry wrapper, the observability hooks, and a timer per read (a
-``TimerHandle`` pushed into and left in the event loop's heap).
+each cost the gateway 84 us of CPU at 32 concurrent callers and 138 us at one; through a
+lane 16 and 73 us (bench/results/gateway_overhead.txt, 2026-12-07 night). redis-py's cost is
+a connection checked out of the pool and back, a retry wrapper, the observability hooks,
+and a timer per read (a ``TimerHandle`` pushed into and left in the event loop's heap).
 
 A ``Lane`` is one connection that carries every caller's commands back to back. A call
 writes its packed command to the transport and waits on a future queued behind the
