@@ -72,3 +72,18 @@ def free_port_run(n: int = 1) -> int:
 
 def free_port() -> int:
     return free_port_run(1)
+
+
+_held: list[socket.socket] = []   # dead_port's sockets, open for the life of the process
+
+
+def dead_port() -> int:
+    """A port nothing will ever answer on: bound (never listening) by a socket this
+    process keeps open, so a connection to it is refused and no server can take it. A
+    port found free and closed again (``bind(0)``, then close) is back in the ephemeral
+    range: a server the other xdist worker started on a port the OS picked took one, and
+    a request to the "dead" replica was answered by that worker's fake replica."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    _held.append(s)
+    return s.getsockname()[1]

@@ -4,20 +4,19 @@ URL and why in one line, without a traceback and without the password."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.ports import dead_port
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return dead_port()
 
 
 def _flask(url: str, *args: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,6 @@
 after it, the stream ends with an error event, never a silent truncated 200."""
 from __future__ import annotations
 
-import socket
 
 import httpx
 import openai
@@ -10,15 +9,12 @@ import orjson
 import pytest
 
 from tests.gateway.conftest import make_world
+from tests.ports import dead_port
 
 
 def dead_url() -> str:
-    """A local port with nothing listening."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return f"http://127.0.0.1:{port}"
+    """A local port nothing answers on (``tests.ports.dead_port``)."""
+    return f"http://127.0.0.1:{dead_port()}"
 
 
 def msgs(text: str, system: str = "failover suite") -> list[dict]:

