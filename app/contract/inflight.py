@@ -121,25 +121,21 @@ class Lua:
         same on every call with these ``keys``; on the gateway's client (``app.contract.
         aredis``) they are packed once with the keys, so a call packs only the rest, and
         it goes by the client's pipelined lane (``app.contract.redis_lane``)."""
+        n = len(keys)
+        if fixed and packs_heads(redis):
+            cmd = ("EVALSHA", head(("EVALSHA", self.sha, n, *keys, *args[:fixed])),
+                   *args[fixed:])
+        else:
+            cmd = ("EVALSHA", self.sha, n, *keys, *args)
         lane = lane_of(redis)
-        if lane is not None:
-            n = len(keys)
-            try:
-                if fixed:
-                    return await lane.execute(packed(
-                        ("EVALSHA", head(("EVALSHA", self.sha, n, *keys, *args[:fixed])),
-                         *args[fixed:])))
-                return await lane.execute(packed(("EVALSHA", self.sha, n, *keys, *args)))
-            except NoScriptError:
-                return await lane.execute(packed(("EVAL", self.text, n, *keys, *args)))
         try:
-            if fixed and packs_heads(redis):
-                return await redis.execute_command(
-                    "EVALSHA", head(("EVALSHA", self.sha, len(keys), *keys, *args[:fixed])),
-                    *args[fixed:])
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
+            if lane is not None:
+                return await lane.execute(packed(cmd))
+            return await redis.execute_command(*cmd)
         except NoScriptError:
-            return await redis.eval(self.text, len(keys), *keys, *args)
+            if lane is not None:
+                return await lane.execute(packed(("EVAL", self.text, n, *keys, *args)))
+            return await redis.eval(self.text, n, *keys, *args)
 
 
 _LOADS = Lua(_LOADS_LUA)

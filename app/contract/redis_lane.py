@@ -53,7 +53,6 @@ class _Wire(asyncio.Protocol):
         self.waiting: deque[asyncio.Future] = deque()
         self.reader = _reader()
         self.replies = 0            # replies read (the watchdog's sign of life)
-        self.lost: BaseException | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -87,8 +86,6 @@ class _Wire(asyncio.Protocol):
 
     def fail(self, exc: BaseException) -> None:
         """Fail every waiting call with ``exc`` and drop the connection."""
-        if self.lost is None:
-            self.lost = exc
         waiting, self.waiting = self.waiting, deque()
         for fut in waiting:
             if not fut.done():
@@ -198,7 +195,7 @@ class Lane:
             wire.transport.close()
 
 
-def lane_for(client: Any, timeout_s: float | None = None) -> Lane | None:
+def lane_for(client: Any) -> Lane | None:
     """A lane to the Redis ``client`` (a ``redis.asyncio.Redis``) talks to, with its
     credentials and database; None where the lane cannot stand in for it (TLS, a
     ``decode_responses`` client, RESP3, a credential provider)."""
@@ -221,7 +218,7 @@ def lane_for(client: Any, timeout_s: float | None = None) -> Lane | None:
                                             else ("AUTH", password)))
     if int(kw.get("db") or 0):
         prelude.append(hiredis.pack_command(("SELECT", int(kw["db"]))))
-    timeout = timeout_s if timeout_s is not None else (kw.get("socket_timeout") or 1.0)
+    timeout = kw.get("socket_timeout") or 1.0
     return Lane(address, timeout_s=float(timeout),
                 connect_timeout_s=float(kw.get("socket_connect_timeout") or timeout),
                 prelude=prelude)

@@ -247,8 +247,9 @@ class Gateway:
         self.ledger.close()
         await self.upstream.aclose()
         await self.redis.aclose()
-        if aredis.lane_of(self.redis) is not None:
-            aredis.lane_of(self.redis).close()
+        lane = aredis.lane_of(self.redis)
+        if lane is not None:
+            lane.close()
         if self._router_redis is not None:
             self._router_redis.close()
         if self.tool_memory is not None:
