@@ -45,7 +45,7 @@ from typing import Any, Hashable, Iterable, Mapping
 
 from redis.exceptions import NoScriptError
 
-from app.contract.aredis import head, lane_of, packed, packs_heads
+from app.contract.aredis import Head, head, lane_of, packed, packs_heads
 from app.contract.keys import Keys
 
 DEFAULT_TTL_S = 30
@@ -131,7 +131,9 @@ class Lua:
         try:
             if lane is not None:
                 return await lane.execute(packed(cmd))
-            return await redis.execute_command(*cmd)
+            if cmd[1].__class__ is Head:
+                return await redis.execute_command(*cmd)
+            return await redis.evalsha(self.sha, n, *keys, *args)   # any client with evalsha
         except NoScriptError:
             if lane is not None:
                 return await lane.execute(packed(("EVAL", self.text, n, *keys, *args)))
